@@ -1,0 +1,180 @@
+"""Read and validate a safetensors header without touching tensor data or importing torch.
+
+The rules are those of the safetensors Rust reader (``safetensors::tensor::SafeTensors::read_metadata``),
+plus one it does not enforce reliably: duplicate JSON keys. Only the first ``8 + N`` bytes are read,
+and ``N`` is checked against the limit and the file size before anything is read, so a file that
+claims a huge header costs nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+#: Header length above which the reader refuses (safetensors' ``MAX_HEADER_SIZE``).
+MAX_HEADER_SIZE = 100_000_000
+
+#: Bits per element of every dtype safetensors knows.
+DTYPE_BITS: dict[str, int] = {
+    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,
+    "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
+    "I32": 32, "U32": 32, "F32": 32,
+    "I64": 64, "U64": 64, "F64": 64, "C64": 64,
+    "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
+}
+
+_U64_MAX = 2**64 - 1
+
+
+class HeaderError(ValueError):
+    """The file is not a valid safetensors file; ``reason`` is a short machine-friendly tag."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.begin
+
+
+@dataclass(frozen=True)
+class Header:
+    """A validated header: tensors in file order, the string metadata, where data starts."""
+
+    tensors: dict[str, TensorInfo]
+    metadata: dict[str, str]
+    data_start: int
+    file_size: int
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise HeaderError("duplicate-key", f"duplicate key {key!r} in header")
+        out[key] = value
+    return out
+
+
+def _is_uint(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _U64_MAX
+
+
+def parse_header(raw: bytes, file_size: int) -> Header:
+    """Validate header bytes (without the 8-byte prefix) against a file of ``file_size`` bytes."""
+    data_start = 8 + len(raw)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HeaderError("not-utf8", f"header is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    if not text.startswith("{"):
+        raise HeaderError("not-json", "header does not start with '{'")
+    try:
+        obj = json.loads(text, object_pairs_hook=_no_duplicates)
+    except HeaderError:
+        raise
+    except (ValueError, RecursionError) as exc:
+        raise HeaderError("not-json", f"header is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise HeaderError("not-json", "header is not a JSON object")
+
+    metadata_raw = obj.pop("__metadata__", None)
+    metadata: dict[str, str] = {}
+    if metadata_raw is not None:
+        if not isinstance(metadata_raw, dict) or not all(isinstance(v, str) for v in metadata_raw.values()):
+            raise HeaderError("bad-metadata", "__metadata__ must map strings to strings")
+        metadata = dict(metadata_raw)
+
+    entries: list[tuple[str, TensorInfo]] = []
+    for name, entry in obj.items():
+        if not isinstance(entry, dict):
+            raise HeaderError("bad-entry", f"entry {name!r} is not an object")
+        dtype = entry.get("dtype")
+        shape = entry.get("shape")
+        offsets = entry.get("data_offsets")
+        if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
+            raise HeaderError("bad-dtype", f"tensor {name!r} has unknown dtype {dtype!r}")
+        if not isinstance(shape, list) or not all(_is_uint(d) for d in shape):
+            raise HeaderError("bad-shape", f"tensor {name!r} has an invalid shape {shape!r}")
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(_is_uint(o) for o in offsets)
+        ):
+            raise HeaderError("bad-offsets", f"tensor {name!r} has invalid data_offsets {offsets!r}")
+        begin, end = offsets
+        if end < begin:
+            raise HeaderError("bad-offsets", f"tensor {name!r} ends before it begins ({begin}, {end})")
+        entries.append((name, TensorInfo(dtype, tuple(shape), begin, end)))
+
+    entries.sort(key=lambda item: (item[1].begin, item[1].end))
+    expected_begin = 0
+    for name, info in entries:
+        if info.begin != expected_begin:
+            kind = "overlap" if info.begin < expected_begin else "gap"
+            raise HeaderError(
+                "bad-offsets",
+                f"tensor {name!r} starts at {info.begin}, expected {expected_begin} ({kind} in the data buffer)",
+            )
+        bits = DTYPE_BITS[info.dtype]
+        numel = 1
+        for d in info.shape:
+            numel *= d
+            if numel > _U64_MAX:
+                raise HeaderError("overflow", f"tensor {name!r}: element count overflows")
+        total_bits = numel * bits
+        if total_bits > _U64_MAX or total_bits % 8:
+            raise HeaderError("overflow", f"tensor {name!r}: byte size overflows or is not whole")
+        if info.end - info.begin != total_bits // 8:
+            raise HeaderError(
+                "size-mismatch",
+                f"tensor {name!r}: {info.end - info.begin} bytes stored, {total_bits // 8} implied by "
+                f"{info.dtype}{list(info.shape)}",
+            )
+        expected_begin = info.end
+
+    buffer = file_size - data_start
+    if expected_begin != buffer:
+        raise HeaderError(
+            "truncated" if expected_begin > buffer else "trailing-bytes",
+            f"data buffer holds {buffer} bytes but the tensors cover {expected_begin}"
+            + (" (file truncated?)" if expected_begin > buffer else ""),
+        )
+    return Header(dict(entries), metadata, data_start, file_size)
+
+
+def read_header(path: str | os.PathLike[str]) -> Header:
+    """Read and validate the header of one safetensors file; raise ``HeaderError`` if invalid."""
+    with open(path, "rb") as fh:
+        file_size = os.fstat(fh.fileno()).st_size
+        prefix = fh.read(8)
+        if len(prefix) < 8:
+            raise HeaderError("truncated", f"file is {file_size} bytes, shorter than the 8-byte length prefix")
+        (n,) = struct.unpack("<Q", prefix)
+        if n > MAX_HEADER_SIZE:
+            raise HeaderError("header-too-large", f"header claims {n} bytes, over the {MAX_HEADER_SIZE} limit")
+        if 8 + n > file_size:
+            raise HeaderError("truncated", f"header claims {n} bytes but the file has {file_size - 8} after the prefix")
+        raw = fh.read(n)
+    if len(raw) != n:
+        raise HeaderError("truncated", "file shrank while reading the header")
+    return parse_header(raw, file_size)

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Create .venv with clef-format (editable) and everything the tests need.
+# Idempotent: re-running only installs what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.clef-installed
+want=$(cat pyproject.toml scripts/bootstrap.sh | sha256sum | cut -c1-16)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip >&2
+  # torch 2.13.0 first: machines of this kind hold its CPU build on disk; elsewhere pip fetches it.
+  .venv/bin/python -m pip install -q "torch==2.13.0" >&2
+  .venv/bin/python -m pip install -q -e ".[test]" >&2
+  echo "$want" > "$stamp"
+fi
