@@ -7,8 +7,7 @@ Add new codes at the end of ``CODES``; never rename or remove one.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable, Literal, NamedTuple
 
 Severity = Literal["error", "warning", "info"]
 
@@ -56,10 +55,7 @@ CODES: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True)
-class Finding:
-    """One thing verify noticed: a stable code, how bad it is, and how to fix it."""
-
+class _FindingFields(NamedTuple):
     code: str
     severity: Severity
     message: str
@@ -68,9 +64,19 @@ class Finding:
     module: str | None = None
     fix: str | None = None
 
-    def __post_init__(self) -> None:
-        if self.code not in CODES:
-            raise ValueError(f"unknown finding code {self.code!r}: add it to clef_format.findings.CODES")
+
+class Finding(_FindingFields):
+    """One thing verify noticed: a stable code, how bad it is, and how to fix it."""
+
+    __slots__ = ()
+
+    def __new__(cls, code: str, severity: Severity, message: str, file: str | None = None,
+                tensor: str | None = None, module: str | None = None, fix: str | None = None) -> "Finding":
+        if code not in CODES:
+            raise ValueError(f"unknown finding code {code!r}: add it to clef_format.findings.CODES")
+        if severity not in ("error", "warning", "info"):
+            raise ValueError(f"unknown severity {severity!r}")
+        return super().__new__(cls, code, severity, message, file, tensor, module, fix)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"code": self.code, "severity": self.severity, "message": self.message}
@@ -93,14 +99,15 @@ def info(code: str, message: str, **where: str | None) -> Finding:
     return Finding(code, "info", message, **where)
 
 
-@dataclass
 class Report:
     """What verify (or migrate) says about one checkpoint; rendered as text or one JSON object."""
 
-    path: str
-    layout: str
-    findings: list[Finding] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
+    def __init__(self, path: str, layout: str, findings: list[Finding] | None = None,
+                 extra: dict[str, Any] | None = None) -> None:
+        self.path = path
+        self.layout = layout
+        self.findings: list[Finding] = list(findings or [])
+        self.extra: dict[str, Any] = dict(extra or {})
 
     @property
     def ok(self) -> bool:

@@ -10,8 +10,7 @@ layer-internal naming detail can never be reported as a broken head.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from .layouts import MARKER_KEY
 
@@ -26,8 +25,7 @@ class HeadConfigError(ValueError):
     pass
 
 
-@dataclass(frozen=True)
-class HeadConfig:
+class HeadConfig(NamedTuple):
     hidden_size: int
     width: int
     routing_layers: int

@@ -5,8 +5,8 @@ One source of truth for where things live in a Clef checkpoint (DESIGN.md, "Layo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 
 class Layout(str, Enum):
@@ -43,8 +43,7 @@ LM_HEAD = "lm_head.weight"
 TABLE_NAMES = (EMBED_TOKENS, LM_HEAD)
 
 
-@dataclass(frozen=True)
-class LayoutFacts:
+class LayoutFacts(NamedTuple):
     """What layout detection needs, read from file names and headers only."""
 
     has_backbone: bool

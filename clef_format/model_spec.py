@@ -7,8 +7,7 @@ separately from plain parameters because their stored tensors depend on the quan
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from .layouts import EMBED_TOKENS, LM_HEAD
 
@@ -20,16 +19,14 @@ class ConfigError(ValueError):
     """config.json lacks a key or has a value of the wrong type."""
 
 
-@dataclass(frozen=True)
-class LinearSpec:
+class LinearSpec(NamedTuple):
     name: str  # module path, e.g. model.language_model.layers.0.mlp.up_proj
     out_features: int
     in_features: int
     bias: bool = False
 
 
-@dataclass(frozen=True)
-class TextConfig:
+class TextConfig(NamedTuple):
     vocab_size: int
     hidden_size: int
     intermediate_size: int
@@ -49,8 +46,7 @@ class TextConfig:
         return len(self.layer_types)
 
 
-@dataclass(frozen=True)
-class VisionConfig:
+class VisionConfig(NamedTuple):
     depth: int
     hidden_size: int
     intermediate_size: int
@@ -62,8 +58,7 @@ class VisionConfig:
     num_position_embeddings: int
 
 
-@dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(NamedTuple):
     architecture: str
     text: TextConfig
     vision: VisionConfig | None

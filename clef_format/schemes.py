@@ -6,8 +6,7 @@ as compressed-tensors writes them and vLLM's schemes expect them (vllm-integrati
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 from .st_header import TensorInfo
 
@@ -19,8 +18,7 @@ FLOAT_DTYPES = ("BF16", "F16", "F32")
 NVFP4_GROUP = 16
 
 
-@dataclass(frozen=True)
-class ParamRule:
+class ParamRule(NamedTuple):
     dtypes: tuple[str, ...]
     required: bool = True
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 import json
 import os
 import struct
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 #: Header length above which the reader refuses (safetensors' ``MAX_HEADER_SIZE``).
 MAX_HEADER_SIZE = 100_000_000
@@ -37,8 +36,9 @@ class HeaderError(ValueError):
         self.reason = reason
 
 
-@dataclass(frozen=True)
-class TensorInfo:
+class TensorInfo(NamedTuple):
+    """One header entry (a NamedTuple: thousands are built per file, so construction must be cheap)."""
+
     dtype: str
     shape: tuple[int, ...]
     begin: int
@@ -56,8 +56,7 @@ class TensorInfo:
         return self.end - self.begin
 
 
-@dataclass(frozen=True)
-class Header:
+class Header(NamedTuple):
     """A validated header: tensors in file order, the string metadata, where data starts."""
 
     tensors: dict[str, TensorInfo]
@@ -66,13 +65,19 @@ class Header:
     file_size: int
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise HeaderError("duplicate-key", f"duplicate key {key!r} in header")
-        out[key] = value
+def _pairs_to_dict(pairs: Any, where: str) -> dict[str, Any]:
+    """A JSON object decoded as a list of pairs (``object_pairs_hook=tuple``, which runs in C; arrays stay lists) -> dict."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise HeaderError("duplicate-key", f"duplicate key {key!r} in {where}")
+            seen.add(key)
     return out
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=tuple)
 
 
 def _is_uint(value: Any) -> bool:
@@ -89,25 +94,27 @@ def parse_header(raw: bytes, file_size: int) -> Header:
     if not text.startswith("{"):
         raise HeaderError("not-json", "header does not start with '{'")
     try:
-        obj = json.loads(text, object_pairs_hook=_no_duplicates)
-    except HeaderError:
-        raise
+        pairs = _DECODER.decode(text)
     except (ValueError, RecursionError) as exc:
         raise HeaderError("not-json", f"header is not valid JSON: {exc}") from None
-    if not isinstance(obj, dict):
+    if not isinstance(pairs, tuple):
         raise HeaderError("not-json", "header is not a JSON object")
+    obj = _pairs_to_dict(pairs, "header")
 
     metadata_raw = obj.pop("__metadata__", None)
     metadata: dict[str, str] = {}
     if metadata_raw is not None:
+        if isinstance(metadata_raw, tuple):
+            metadata_raw = _pairs_to_dict(metadata_raw, "__metadata__")
         if not isinstance(metadata_raw, dict) or not all(isinstance(v, str) for v in metadata_raw.values()):
             raise HeaderError("bad-metadata", "__metadata__ must map strings to strings")
         metadata = dict(metadata_raw)
 
     entries: list[tuple[str, TensorInfo]] = []
     for name, entry in obj.items():
-        if not isinstance(entry, dict):
+        if not isinstance(entry, tuple):
             raise HeaderError("bad-entry", f"entry {name!r} is not an object")
+        entry = _pairs_to_dict(entry, f"entry {name!r}")
         dtype = entry.get("dtype")
         shape = entry.get("shape")
         offsets = entry.get("data_offsets")

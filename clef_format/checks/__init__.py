@@ -1,0 +1,21 @@
+"""Checks: pure functions from a ``Checkpoint`` to findings. ``CHECKS`` is the order verify runs them."""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from ..checkpoint import Checkpoint
+from ..findings import Finding
+from .backbone import check_backbone
+from .head import check_head
+from .layout import check_layout
+from .tables import check_tables
+
+Check = Callable[[Checkpoint], Iterable[Finding]]
+
+CHECKS: list[Check] = [
+    check_layout,
+    check_backbone,
+    check_tables,
+    check_head,
+]

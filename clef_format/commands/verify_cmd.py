@@ -1,0 +1,34 @@
+"""clef-format verify PATH [--json] [--deep] [--plugin-version V]"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..cli import EXIT_FINDINGS, EXIT_OK, CouldNotRun
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", help="checkpoint directory, or org/name[@revision] in the local Hugging Face cache")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--deep", action="store_true", help="also hash every file and decode every scale")
+    p.add_argument("--plugin-version", metavar="V", help="check that clef-vllm version V can serve these weights")
+    p.add_argument("--layers", action="store_true", help="also show the per-layer view (see `clef-format layers`)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..hub import PathNotFound
+    from ..verify import verify
+
+    try:
+        report = verify(args.path, plugin_version=args.plugin_version, deep=args.deep)
+    except PathNotFound as exc:
+        raise CouldNotRun(str(exc)) from None
+    except OSError as exc:
+        raise CouldNotRun(f"{args.path}: {exc.strerror or exc}") from None
+    if args.json:
+        print(report.to_json())
+    else:
+        from ..render import render_report
+
+        print(render_report(report))
+    return EXIT_OK if report.ok else EXIT_FINDINGS

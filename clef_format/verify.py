@@ -1,0 +1,58 @@
+"""verify: read a checkpoint's structure, run every check, return one Report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .checkpoint import Checkpoint, read_checkpoint
+from .checks import CHECKS
+from .compat import IncompatibleError, check_pair
+from .findings import Finding, Report, error
+from .marker import MarkerError, read_marker
+
+
+def plugin_findings(ck: Checkpoint, plugin_version: str, path: str) -> list[Finding]:
+    """What ``--plugin-version`` adds: the pair check of ``compat``, as a finding."""
+    try:
+        marker = read_marker(ck.head_config) if isinstance(ck.head_config, dict) else None
+    except MarkerError:
+        marker = None  # reported as marker-invalid; the default marker of layout 2 applies
+    try:
+        check_pair(ck.layout, marker, plugin_version, path=path, snapshot=ck.hf_snapshot)
+    except IncompatibleError as exc:
+        return [error("plugin-incompatible", f"clef-vllm {plugin_version}: {exc.reason}", fix=exc.fix)]
+    return []
+
+
+def summary(ck: Checkpoint) -> dict[str, Any]:
+    return {
+        "files": {rel: size for rel, size in sorted(ck.files.items())},
+        "backbone_files": ck.backbone_files,
+        "backbone_tensors": len(ck.backbone),
+        "hf_snapshot": ck.hf_snapshot,
+    }
+
+
+def verify_checkpoint(ck: Checkpoint, display_path: str, plugin_version: str | None = None,
+                      deep: bool = False) -> Report:
+    report = Report(path=display_path, layout=str(ck.layout))
+    report.extend(ck.findings)
+    for check in CHECKS:
+        report.extend(check(ck))
+    if plugin_version is not None:
+        report.extend(plugin_findings(ck, plugin_version, display_path))
+        report.extra["plugin_version"] = plugin_version
+    if deep:
+        from .deep import deep_findings  # hashing and scale decoding live apart from the fast path
+
+        report.extend(deep_findings(ck))
+    report.extra.update(summary(ck))
+    return report
+
+
+def verify(path: str, plugin_version: str | None = None, deep: bool = False) -> Report:
+    """Verify the checkpoint at ``path`` (a directory or a cached repo id). Raises ``PathNotFound``."""
+    from .hub import resolve
+
+    root = resolve(path)
+    return verify_checkpoint(read_checkpoint(root), path, plugin_version=plugin_version, deep=deep)
