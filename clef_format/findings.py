@@ -52,6 +52,7 @@ CODES: dict[str, str] = {
     "hash-mismatch": "a file's content does not match its expected hash",
     "manifest-missing": "deep verification found nothing to compare a file against",
     "scale-range": "a decoded scale is outside the range its dtype allows",
+    "deep-verified": "verify --deep hashed files against their references and every hash matched (info)",
 }
 
 

@@ -1,0 +1,251 @@
+"""``verify --deep``: hash every file once against what it can be checked against, decode every scale.
+
+What a file is checked against, best first (one hash per file, never two):
+
+1. ``clef_manifest.json`` (BLAKE3; see ``manifest``), when it lists the file;
+2. its Hugging Face cache blob name: a snapshot entry is a symlink to ``../../blobs/<etag>``, the
+   etag being the sha256 of an LFS file or the git blob sha1 of a small one;
+3. ``local_dir`` download metadata ``.cache/huggingface/download/<path>.metadata`` (lines: commit,
+   etag, timestamp), written by ``snapshot_download(local_dir=...)``.
+
+A file with none of these gets ``manifest-missing`` (a warning: nothing is wrong, but nothing was
+proven) and the hint to run ``clef-format manifest``. Hashing runs on a thread pool, largest file
+first, while this thread decodes the scales, so the scale work costs nothing extra in wall time.
+Scales are read with safetensors' ``safe_open`` + torch, imported here only (never on the fast path).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Iterator, NamedTuple
+
+from . import layouts as L
+from . import tables_format as TF
+from .checkpoint import Checkpoint, hf_blobs_dir
+from .findings import Finding, error, info, warning
+from .hashing import HashPool, HashTask, progress_bar
+from .manifest import ALGORITHM as MANIFEST_ALGORITHM
+from .manifest import MANIFEST_NAME, read_manifest
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_SHA1 = re.compile(r"^[0-9a-f]{40}$")
+#: Largest ``.metadata`` file read (the real ones are ~100 bytes).
+_MAX_METADATA = 4096
+
+#: Largest finite value per source dtype (a scale times the quantized maximum must stay below it).
+DTYPE_MAX = {"BF16": 3.3895313892515355e38, "F16": 65504.0, "F32": 3.4028234663852886e38}
+#: Quantized maximum of the FP8 (E4M3) weights a backbone scale multiplies.
+FP8_MAX = 448.0
+_FLOAT_DTYPES = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2", "F8_E8M0"}
+
+
+class Reference(NamedTuple):
+    """An expected digest for one file, and where the expectation came from."""
+
+    algorithm: str
+    digest: str
+    source: str
+    path: str  # what to hash (the blob for a cache snapshot entry)
+
+
+def _etag_reference(etag: str, source: str, path: str) -> Reference | None:
+    etag = etag.strip().strip('"').lower()
+    if _SHA256.match(etag):
+        return Reference("sha256", etag, source, path)
+    if _SHA1.match(etag):
+        return Reference("git-sha1", etag, source, path)
+    return None
+
+
+def _inside(path: str, base: str) -> bool:
+    return path == base or path.startswith(base.rstrip(os.sep) + os.sep)
+
+
+def cache_reference(ck: Checkpoint, rel: str) -> Reference | None:
+    """The blob name a snapshot entry points to, when it is an etag inside this repo's ``blobs/``."""
+    full = ck.path(rel)
+    if not ck.hf_snapshot or not os.path.islink(full):
+        return None
+    target = os.path.realpath(full)
+    if os.path.dirname(target) != os.path.realpath(hf_blobs_dir(ck.root)):
+        return None
+    return _etag_reference(os.path.basename(target), "Hugging Face cache blob name", target)
+
+
+def local_dir_reference(ck: Checkpoint, rel: str) -> Reference | None:
+    """The etag of ``snapshot_download(local_dir=...)`` metadata for ``rel``, if present and sane."""
+    base = os.path.join(ck.root, ".cache", "huggingface", "download")
+    meta = os.path.join(base, *rel.split("/")) + ".metadata"
+    try:
+        if not _inside(os.path.realpath(meta), os.path.realpath(ck.root)) or not os.path.isfile(meta):
+            return None
+        with open(meta, "rb") as fh:
+            lines = fh.read(_MAX_METADATA).decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    if len(lines) < 2:
+        return None
+    return _etag_reference(lines[1], "local_dir download metadata", ck.path(rel))
+
+
+def gather_references(ck: Checkpoint) -> tuple[dict[str, Reference], list[str], list[Finding]]:
+    """Per file, the one reference it is hashed against; the files with none; findings so far."""
+    findings: list[Finding] = []
+    entries, problems = read_manifest(ck)
+    findings.extend(problems)
+    refs: dict[str, Reference] = {}
+    unchecked: list[str] = []
+    if entries is not None:
+        for rel in sorted(set(entries) - set(ck.files)):
+            findings.append(error("missing-file", f"{rel} is listed in {MANIFEST_NAME} but absent", file=rel,
+                                  fix="restore it from the original download"))
+    for rel, size in sorted(ck.files.items()):
+        entry = entries.get(rel) if entries else None
+        if entry is not None:
+            if entry.size != size:
+                findings.append(error(
+                    "hash-mismatch", f"{rel}: {size} bytes, {MANIFEST_NAME} expects {entry.size}", file=rel,
+                    fix="re-download this file (truncated or modified); if the change was intended, re-run "
+                        "`clef-format manifest`"))
+                continue
+            refs[rel] = Reference(MANIFEST_ALGORITHM, entry.digest, MANIFEST_NAME, ck.path(rel))
+            continue
+        ref = cache_reference(ck, rel) or local_dir_reference(ck, rel)
+        if ref is not None:
+            refs[rel] = ref
+        elif not (rel == MANIFEST_NAME and entries is not None):
+            unchecked.append(rel)
+    return refs, unchecked, findings
+
+
+def _unchecked_findings(ck: Checkpoint, unchecked: list[str], checked: int) -> list[Finding]:
+    fix = f"clef-format manifest {ck.root}  (records BLAKE3 digests that later --deep runs check)"
+    if ck.hf_snapshot:
+        fix = "re-download the snapshot; files in a cache snapshot should be symlinks to blobs/<etag>"
+    if not unchecked:
+        return []
+    if not checked:
+        return [warning("manifest-missing",
+                        f"nothing to check the {len(unchecked)} file(s) against: no {MANIFEST_NAME}, no Hugging Face "
+                        "cache blob names, no local_dir download metadata; scales were still decoded", fix=fix)]
+    return [warning("manifest-missing", f"{rel} has nothing to be checked against", file=rel, fix=fix)
+            for rel in unchecked]
+
+
+def _hash_findings(refs: dict[str, Reference], results: dict[tuple[str, str], tuple[str | None, str | None]]
+                   ) -> list[Finding]:
+    out = []
+    for rel, ref in sorted(refs.items()):
+        digest, problem = results[(ref.path, ref.algorithm)]
+        if digest is None:
+            out.append(error("missing-file", f"{rel} cannot be read while hashing: {problem}", file=rel,
+                             fix="check permissions, or re-download the file"))
+        elif digest != ref.digest:
+            out.append(error(
+                "hash-mismatch",
+                f"{rel}: {ref.algorithm} expected {ref.digest} ({ref.source}), actual {digest}",
+                file=rel, fix="re-download this file: its content is not what was downloaded or recorded"))
+    return out
+
+
+def scale_tensors(ck: Checkpoint) -> dict[str, list[str]]:
+    """Every float ``*_scale`` tensor of the backbone and the tables file: file -> names."""
+    out: dict[str, list[str]] = {}
+    for rel in [*ck.backbone_files, L.TABLES]:
+        header = ck.headers.get(rel)
+        if header is None:
+            continue
+        names = [n for n, t in header.tensors.items() if n.endswith("_scale") and t.dtype in _FLOAT_DTYPES]
+        if names:
+            out[rel] = names
+    return out
+
+
+def _rows(mask: "object", limit: int = 5) -> list[int]:
+    import torch
+
+    idx = torch.nonzero(mask.reshape(-1))[:limit]  # type: ignore[attr-defined]
+    return [int(i) for i in idx.flatten()]
+
+
+def scale_findings(ck: Checkpoint) -> Iterator[Finding]:
+    """Decode every scale; finite, non-negative, global scales positive, no overflow when dequantized.
+
+    The tables' NaN/Inf/negative scales are already reported by the fast path (``nonfinite-scale``);
+    here the tables add only the range rule: ``scale * 127`` must fit the source dtype.
+    """
+    targets = scale_tensors(ck)
+    if not targets:
+        return
+    import torch
+    from safetensors import safe_open
+
+    fix_backbone = "re-download the backbone; if it was quantized locally, re-run the quantization"
+    fix_tables = "re-create the tables with clef-format migrate from a layout-1 copy, or re-download them"
+    for rel, names in targets.items():
+        is_tables = rel == L.TABLES
+        header = ck.headers[rel]
+        source = header.metadata.get("source_dtype", "BF16") if is_tables else "BF16"
+        limit = DTYPE_MAX.get(source, DTYPE_MAX["BF16"]) / (TF.QMAX if is_tables else FP8_MAX)
+        try:
+            handle = safe_open(ck.path(rel), framework="pt", device="cpu")
+        except Exception as exc:  # the header was valid a moment ago: the file changed under us
+            yield error("bad-header", f"{rel} cannot be opened to decode scales: {exc}", file=rel)
+            continue
+        with handle as f:
+            for name in names:
+                try:
+                    t = f.get_tensor(name).to(torch.float64)
+                except Exception as exc:  # a dtype this torch cannot decode: say so, do not crash
+                    yield info("scale-range", f"{name}: not decoded ({exc})", file=rel, tensor=name)
+                    continue
+                fix = fix_tables if is_tables else fix_backbone
+                nonfinite = ~torch.isfinite(t)
+                n_bad = int(nonfinite.sum())
+                if n_bad and not is_tables:
+                    yield error("nonfinite-scale", f"{name}: {n_bad} scale(s) NaN or infinite (at {_rows(nonfinite)})",
+                                file=rel, tensor=name, fix=fix)
+                finite = torch.where(nonfinite, torch.zeros_like(t), t)
+                if not is_tables:
+                    negative = finite < 0
+                    if bool(negative.any()):
+                        yield error("scale-range", f"{name}: {int(negative.sum())} negative scale(s) "
+                                    f"(at {_rows(negative)})", file=rel, tensor=name, fix=fix)
+                    if name.endswith("global_scale") and bool((finite <= 0).any()):
+                        yield error("scale-range", f"{name}: a global scale must be positive (weights are divided "
+                                    f"by it), got {finite.min().item()!r}", file=rel, tensor=name, fix=fix)
+                over = finite.abs() > limit
+                if bool(over.any()):
+                    q = TF.QMAX if is_tables else int(FP8_MAX)
+                    yield error("scale-range", f"{name}: {int(over.sum())} scale(s) above {limit:.4g}: times {q} "
+                                f"they overflow {source} (at {_rows(over)})", file=rel, tensor=name, fix=fix)
+
+
+def deep_findings(ck: Checkpoint) -> list[Finding]:
+    """Hash (concurrently) and decode scales (meanwhile); findings sorted hash-first."""
+    refs, unchecked, findings = gather_references(ck)
+    tasks: dict[tuple[str, str], HashTask] = {}
+    for ref in refs.values():
+        key = (ref.path, ref.algorithm)
+        if key not in tasks:
+            try:
+                size = os.path.getsize(ref.path)
+            except OSError:
+                size = 0
+            tasks[key] = HashTask(f"{ref.algorithm}:{ref.path}", ref.path, ref.algorithm, size)
+    total = sum(t.size for t in tasks.values())
+    with progress_bar(total, f"hashing {len(tasks)} file(s)") as advance:
+        pool = HashPool(tasks.values(), advance).start()
+        try:
+            scale_out = list(scale_findings(ck))
+        finally:
+            done = {(r.key.split(":", 1)[1], r.algorithm): (r.digest, r.error) for r in pool.results()}
+    findings.extend(_hash_findings(refs, done))
+    findings.extend(_unchecked_findings(ck, unchecked, len(refs)))
+    findings.extend(scale_out)
+    if refs and not any(f.code == "hash-mismatch" for f in findings):
+        sources = sorted({r.source for r in refs.values()})
+        findings.append(info("deep-verified", f"{len(refs)} file(s) hashed ({total / 1e9:.2f} GB), all match "
+                                              f"({'; '.join(sources)})"))
+    return findings
