@@ -89,5 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+if __name__ == "__main__":  # pragma: no cover - run as the package's module, so exceptions are one class
+    from clef_format.cli import main as _main
+
+    sys.exit(_main())

@@ -1,0 +1,7 @@
+"""``python -m clef_format`` is the ``clef-format`` command."""
+
+import sys
+
+from clef_format.cli import main
+
+sys.exit(main())

@@ -1,0 +1,39 @@
+"""Shared fixtures: checkpoints are built once per session and copied for each test that changes them."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from fixtures.builders import build_checkpoint
+
+_CACHE: dict[tuple, Path] = {}
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """``built(layout, build, **kw)`` -> a read-only-by-convention checkpoint shared by the session."""
+
+    def make(layout: str = "layout-2", build: str = "hybrid", **kw: object) -> Path:
+        key = (layout, build, tuple(sorted(kw.items())))
+        if key not in _CACHE:
+            root = tmp_path_factory.mktemp("ck") / f"{layout}-{build}"
+            _CACHE[key] = build_checkpoint(root, layout=layout, build=build, **kw)
+        return _CACHE[key]
+
+    return make
+
+
+@pytest.fixture
+def fresh(built: Callable[..., Path], tmp_path: Path) -> Callable[..., Path]:
+    """``fresh(layout, build, **kw)`` -> a private copy the test may change."""
+
+    def make(layout: str = "layout-2", build: str = "hybrid", **kw: object) -> Path:
+        dst = tmp_path / "ck"
+        shutil.copytree(built(layout, build, **kw), dst, symlinks=True)
+        return dst
+
+    return make

@@ -1,0 +1,142 @@
+"""The CLI contract: exit codes, one JSON object, human output, --plugin-version, repo ids in the cache."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clef_format.cli import main
+
+CLI = [sys.executable, "-m", "clef_format"]
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, env={**os.environ, **(env or {})})
+
+
+def test_ok_checkpoint_exits_0_with_one_json_object(built):
+    proc = run_cli("verify", str(built()), "--json")
+    assert proc.returncode == 0, proc.stderr
+    payload = json.loads(proc.stdout)  # exactly one object: json.loads refuses trailing data
+    assert payload["ok"] is True and payload["layout"] == "layout-2" and payload["findings"] == []
+    assert "Traceback" not in proc.stderr
+
+
+def test_human_output_names_layout_and_fix(built):
+    proc = run_cli("verify", str(built("layout-2-unmarked")))
+    assert proc.returncode == 1
+    assert "layout-2-unmarked" in proc.stdout
+    assert "marker-missing" in proc.stdout and "fix: clef-format migrate" in proc.stdout
+
+
+@pytest.mark.parametrize("args", [["verify", "/definitely/not/here"], ["verify", "/definitely/not/here", "--json"]])
+def test_missing_path_exits_2(args):
+    proc = run_cli(*args)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    if "--json" in args:
+        assert json.loads(proc.stdout)["ok"] is False
+
+
+def test_file_instead_of_directory_exits_2(tmp_path):
+    f = tmp_path / "x.safetensors"
+    f.write_bytes(b"")
+    assert run_cli("verify", str(f)).returncode == 2
+
+
+def test_bad_usage_exits_2():
+    assert run_cli("verify").returncode == 2
+    assert run_cli("no-such-command").returncode == 2
+
+
+@pytest.mark.parametrize(
+    "layout, plugin, ok",
+    [
+        ("layout-2", "0.2.0", True),
+        ("layout-2", "0.3.1", True),
+        ("layout-2", "0.1.4", False),
+        ("layout-1", "0.1.4", True),
+        ("layout-1", "0.2.0", False),
+        ("layout-2-unmarked", "0.2.0", False),
+        ("layout-2-unmarked", "0.1.0", False),
+        ("original-release", "0.2.0", False),
+    ],
+)
+def test_plugin_version(built, capsys, layout, plugin, ok):
+    status = main(["verify", str(built(layout)), "--json", "--plugin-version", plugin])
+    payload = json.loads(capsys.readouterr().out)
+    incompatible = [f for f in payload["findings"] if f["code"] == "plugin-incompatible"]
+    assert (not incompatible) == ok
+    if not ok:
+        assert status == 1 and incompatible[0]["fix"]
+
+
+def test_plugin_version_honours_the_marker(fresh, capsys):
+    root = fresh("layout-2")
+    cfg = root / "clef_head" / "joint_head_config.json"
+    obj = json.loads(cfg.read_text())
+    obj["requires_clef_vllm"] = "0.3.0"  # a bare version reads as >=0.3.0
+    cfg.write_text(json.dumps(obj))
+    assert main(["verify", str(root), "--plugin-version", "0.2.5"]) == 1
+    capsys.readouterr()
+    assert main(["verify", str(root), "--plugin-version", "0.3.0"]) == 0
+
+
+def _as_hf_cache(src: Path, cache: Path, repo: str, commit: str) -> Path:
+    """Lay ``src`` out as huggingface_hub does: blobs named by sha256, snapshot symlinks, refs/main."""
+    repo_dir = cache / f"models--{repo.replace('/', '--')}"
+    snap = repo_dir / "snapshots" / commit
+    (repo_dir / "blobs").mkdir(parents=True)
+    (repo_dir / "refs").mkdir()
+    (repo_dir / "refs" / "main").write_text(commit)
+    for path in sorted(p for p in src.rglob("*") if p.is_file()):
+        rel = path.relative_to(src)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        blob = repo_dir / "blobs" / digest
+        if not blob.exists():
+            shutil.copyfile(path, blob)
+        link = snap / rel
+        link.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(os.path.relpath(blob, link.parent), link)
+    return snap
+
+
+def test_repo_id_in_the_local_cache(built, tmp_path):
+    cache = tmp_path / "hub"
+    snap = _as_hf_cache(built("layout-1"), cache, "someone/clef-flash-NVFP4", "a" * 40)
+    before = {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()}
+    proc = run_cli("verify", "someone/clef-flash-NVFP4", "--json", env={"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"})
+    payload = json.loads(proc.stdout)
+    assert proc.returncode == 0, proc.stderr
+    assert payload["layout"] == "layout-1" and payload["hf_snapshot"] is True
+    legacy = next(f for f in payload["findings"] if f["code"] == "legacy-layout")
+    assert "--output" in legacy["fix"]  # a cache snapshot is never migrated in place
+    assert {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()} == before
+    assert snap.is_dir()
+
+
+def test_repo_id_not_in_cache_exits_2(tmp_path):
+    proc = run_cli("verify", "nobody/nothing", "--json", env={"HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 2
+    assert "hf download" in json.loads(proc.stdout)["error"]
+
+
+def test_codes_lists_every_code(capsys):
+    from clef_format.findings import CODES
+
+    assert main(["codes", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["codes"] == CODES
+
+
+def test_example_command_builds_and_verifies(tmp_path):
+    proc = run_cli("example", str(tmp_path / "ex"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["layout"] == "layout-2"
+    assert run_cli("example", str(tmp_path / "ex")).returncode == 2  # never builds over existing files

@@ -1,0 +1,72 @@
+"""Layout detection and a clean verify for every layout, published build and backbone sharding."""
+
+from __future__ import annotations
+
+import pytest
+
+from clef_format.checkpoint import read_checkpoint
+from clef_format.layouts import Layout, LayoutFacts, detect_layout
+from clef_format.verify import verify
+
+BUILDS = ["nvfp4", "fp8", "hybrid", "mixed"]
+
+
+@pytest.mark.parametrize("build", BUILDS)
+@pytest.mark.parametrize("shards", [1, 3])
+@pytest.mark.parametrize("layout", ["layout-1", "layout-2"])
+def test_every_build_and_layout_verifies(built, layout, build, shards):
+    report = verify(str(built(layout, build, shards=shards)))
+    assert report.layout == layout
+    assert report.ok, [f.to_dict() for f in report.findings]
+    expected = {"legacy-layout"} if layout == "layout-1" else set()
+    assert report.codes() == expected
+
+
+def test_original_release_is_sharded_bf16(built):
+    root = built("original-release")
+    ck = read_checkpoint(root)
+    assert ck.layout is Layout.ORIGINAL_RELEASE
+    assert len(ck.backbone_files) == 4
+    assert {info.dtype for info in ck.backbone.values()} == {"BF16"}
+    assert verify(str(root)).ok
+
+
+def test_unmarked_is_an_error(built):
+    report = verify(str(built("layout-2-unmarked")))
+    assert report.layout == "layout-2-unmarked"
+    assert not report.ok
+    (finding,) = [f for f in report.findings if f.code == "marker-missing"]
+    assert finding.fix and "clef-format migrate" in finding.fix and "--to layout-2" in finding.fix
+
+
+def test_text_only_config(built):
+    root = built("layout-2", "fp8", multimodal=False)
+    report = verify(str(root))
+    assert report.ok and report.layout == "layout-2", [f.to_dict() for f in report.findings]
+    assert "model.embed_tokens.weight" in read_checkpoint(root).tables
+
+
+def test_detection_does_not_depend_on_sharding(built):
+    one = read_checkpoint(built("layout-1", "nvfp4", shards=1))
+    many = read_checkpoint(built("layout-1", "nvfp4", shards=5))
+    assert one.layout == many.layout == Layout.LAYOUT_1
+    shapes = lambda ck: {k: (v.dtype, v.shape, v.nbytes) for k, v in ck.backbone.items()}  # noqa: E731
+    assert shapes(one) == shapes(many)  # same tensors, dtypes, shapes and sizes
+    assert len(many.backbone_files) == 5
+
+
+@pytest.mark.parametrize(
+    "facts, layout",
+    [
+        (LayoutFacts(True, True, False, True, False, False), Layout.ORIGINAL_RELEASE),
+        (LayoutFacts(True, False, True, True, False, False), Layout.LAYOUT_1),
+        (LayoutFacts(True, False, True, False, True, True), Layout.LAYOUT_2),
+        (LayoutFacts(True, False, True, False, True, False), Layout.LAYOUT_2_UNMARKED),
+        (LayoutFacts(True, False, True, True, True, False), Layout.LAYOUT_2_UNMARKED),
+        (LayoutFacts(True, False, True, False, False, False), Layout.UNKNOWN),
+        (LayoutFacts(False, False, True, True, True, True), Layout.UNKNOWN),
+        (LayoutFacts(True, False, False, False, False, False), Layout.UNKNOWN),
+    ],
+)
+def test_detect_layout_table(facts, layout):
+    assert detect_layout(facts) is layout

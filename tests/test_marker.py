@@ -1,0 +1,36 @@
+"""The version marker: PEP 440 specifiers through packaging, bare versions read as >=."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from clef_format.marker import MarkerError, admits, parse_marker, with_marker, without_marker
+
+
+@pytest.mark.parametrize("value, ok, bad", [
+    (">=0.2.0", ["0.2.0", "0.2.1", "1.0"], ["0.1.9"]),
+    ("0.2.0", ["0.2.0", "0.3"], ["0.1.5"]),
+    (">=0.2,<0.4", ["0.3.9"], ["0.4.0", "0.1"]),
+    ("~=0.2.1", ["0.2.5"], ["0.3.0"]),
+    (">=0.2.0", ["0.2.1rc1"], []),
+])
+def test_specifiers(value, ok, bad):
+    spec = parse_marker(value)
+    assert all(admits(spec, v) for v in ok)
+    assert not any(admits(spec, v) for v in bad)
+
+
+@pytest.mark.parametrize("value", ["", "   ", "at least 0.2", ">>0.2", 2, None, [">=0.2"], {"v": 1}, ">=0.2.0,,<"])
+def test_invalid_markers(value):
+    with pytest.raises(MarkerError):
+        parse_marker(value)
+
+
+@given(st.dictionaries(st.sampled_from(["hidden_size", "width", "layers"]), st.integers(1, 100)))
+def test_with_and_without_marker_round_trip(cfg):
+    marked = with_marker(cfg)
+    assert marked["requires_clef_vllm"] == ">=0.2.0"
+    assert without_marker(marked) == cfg
+    assert "requires_clef_vllm" not in cfg  # never mutates its input

@@ -1,0 +1,171 @@
+"""The header reader: agrees with safetensors' own reader, and any corruption is a HeaderError, never a crash."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from clef_format.checkpoint import read_checkpoint
+from clef_format.st_header import DTYPE_BITS, HeaderError, parse_header, read_header
+from clef_format.verify import verify
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def _valid_file(tmp: Path) -> Path:
+    path = tmp / "valid.safetensors"
+    save_file({
+        "a": torch.arange(12, dtype=torch.float32).reshape(3, 4),
+        "b": torch.ones(5, dtype=torch.bfloat16),
+        "c": torch.zeros(2, 2, dtype=torch.int8),
+        "d": torch.zeros(3, dtype=torch.float8_e4m3fn),
+    }, str(path), metadata={"format": "pt"})
+    return path
+
+
+def _theirs_accepts(path: Path) -> bool:
+    try:
+        with safe_open(str(path), framework="np") as f:
+            for k in f.keys():
+                f.get_slice(k).get_shape()
+        return True
+    except Exception:  # safetensors raises several types (SafetensorError, OSError, ...)
+        return False
+
+
+def _ours_accepts(path: Path) -> bool:
+    try:
+        read_header(path)
+        return True
+    except HeaderError:
+        return False
+
+
+def test_reads_what_safetensors_writes(tmp_path):
+    header = read_header(_valid_file(tmp_path))
+    with safe_open(str(tmp_path / "valid.safetensors"), framework="pt") as f:
+        assert set(f.keys()) == set(header.tensors)
+        for k in f.keys():
+            assert list(f.get_slice(k).get_shape()) == list(header.tensors[k].shape)
+        assert f.metadata() == header.metadata
+
+
+def _split(raw: bytes) -> tuple[dict, bytes]:
+    (n,) = struct.unpack("<Q", raw[:8])
+    return json.loads(raw[8:8 + n]), raw[8 + n:]
+
+
+def _join(header: dict, data: bytes) -> bytes:
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + data
+
+
+corruptions = st.one_of(
+    st.tuples(st.just("truncate"), st.integers(1, 200)),
+    st.tuples(st.just("shift"), st.integers(-64, 64).filter(bool)),
+    st.tuples(st.just("dtype"), st.sampled_from(sorted(DTYPE_BITS) + ["F128", "int8", ""])),
+    st.tuples(st.just("shape"), st.lists(st.integers(-3, 2**70), min_size=0, max_size=3)),
+    st.tuples(st.just("append"), st.integers(1, 64)),
+    st.tuples(st.just("length"), st.integers(0, 2**64 - 1)),
+    st.tuples(st.just("byte"), st.integers(0, 255)),
+)
+
+
+@SETTINGS
+@given(corruption=corruptions, target=st.sampled_from(["a", "b", "c", "d"]), pos=st.integers(0, 10**6))
+def test_any_corruption_is_detected_like_safetensors(tmp_path, corruption, target, pos):
+    raw = _valid_file(tmp_path).read_bytes()
+    header, data = _split(raw)
+    kind, arg = corruption
+    if kind == "truncate":
+        out = raw[: max(0, len(raw) - arg)]
+    elif kind == "shift":
+        header[target]["data_offsets"][1] += arg
+        out = _join(header, data)
+    elif kind == "dtype":
+        header[target]["dtype"] = arg
+        out = _join(header, data)
+    elif kind == "shape":
+        header[target]["shape"] = arg
+        out = _join(header, data)
+    elif kind == "append":
+        out = raw + b"\0" * arg
+    elif kind == "length":
+        out = struct.pack("<Q", arg) + raw[8:]
+    else:  # flip one byte of the header text
+        n = struct.unpack("<Q", raw[:8])[0]
+        i = 8 + pos % n
+        out = raw[:i] + bytes([arg]) + raw[i + 1:]
+    path = tmp_path / "corrupt.safetensors"
+    path.write_bytes(out)
+    ours = _ours_accepts(path)  # never raises anything but HeaderError
+    if out == raw:
+        assert ours
+        return
+    assert ours == _theirs_accepts(path), (kind, arg)
+
+
+@pytest.mark.parametrize(
+    "raw, reason",
+    [
+        (b"", "truncated"),
+        (struct.pack("<Q", 200_000_000) + b"{}", "header-too-large"),
+        (struct.pack("<Q", 50) + b"{}", "truncated"),
+        (struct.pack("<Q", 2) + b"\xff\xfe", "not-utf8"),
+        (struct.pack("<Q", 2) + b"[]", "not-json"),
+        (_join({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "a ": {}}, b"\0" * 4)
+         .replace(b'"a "', b' "a"'), "duplicate-key"),
+        (_join({"a": {"dtype": "F32", "shape": [2**62, 2**62], "data_offsets": [0, 4]}}, b"\0" * 4), "overflow"),
+        (_join({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+                "b": {"dtype": "F32", "shape": [1], "data_offsets": [2, 6]}}, b"\0" * 6), "bad-offsets"),
+        (_join({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}, b"\0" * 8), "bad-offsets"),
+        (_join({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, b"\0" * 8), "trailing-bytes"),
+        (_join({"__metadata__": {"k": 1}}, b""), "bad-metadata"),
+    ],
+)
+def test_rejections_name_the_reason(tmp_path, raw, reason):
+    path = tmp_path / "x.safetensors"
+    path.write_bytes(raw)
+    with pytest.raises(HeaderError) as exc:
+        read_header(path)
+    assert exc.value.reason == reason
+    assert not _theirs_accepts(path)
+
+
+def test_parse_header_accepts_padding():
+    text = b'{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}}    '
+    header = parse_header(text, 8 + len(text) + 2)
+    assert header.tensors["a"].shape == (2,)
+
+
+@SETTINGS
+@given(order=st.permutations(["a", "b", "c", "d"]), shards=st.integers(1, 4))
+def test_detection_does_not_depend_on_file_order_or_sharding(tmp_path, order, shards):
+    """Write the same corrupt tensor set in any order and sharding: verify always says bad-header."""
+    base = {
+        "a": torch.zeros(3, 4), "b": torch.ones(5, dtype=torch.bfloat16),
+        "c": torch.zeros(2, 2, dtype=torch.int8), "d": torch.zeros(3),
+    }
+    root = tmp_path / f"ck-{'-'.join(order)}-{shards}"
+    root.mkdir()
+    groups = [order[i::shards] for i in range(shards) if order[i::shards]]
+    weight_map = {}
+    for i, names in enumerate(groups):
+        fname = f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
+        save_file({k: base[k] for k in names}, str(root / fname), metadata={"format": "pt"})
+        weight_map.update({k: fname for k in names})
+    (root / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    victim = root / weight_map["b"]
+    victim.write_bytes(victim.read_bytes()[:-1])
+    report = verify(str(root))
+    bad = [f for f in report.findings if f.code == "bad-header"]
+    assert [f.file for f in bad] == [weight_map["b"]]
+    assert read_checkpoint(root).bad_headers == {weight_map["b"]}

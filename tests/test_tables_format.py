@@ -1,0 +1,38 @@
+"""The int8 tables file: fixtures write it per the format, and the scale check agrees with torch."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from safetensors import safe_open
+
+from clef_format import layouts as L
+from clef_format import tables_format as TF
+from clef_format.checks.tables import bad_f32_indexes
+from clef_format.quantize import dequantize_rows
+
+
+def test_fixture_tables_follow_the_format(built):
+    root = built("layout-2")
+    with safe_open(str(root / L.TABLES), framework="pt") as f:
+        assert TF.metadata_problems(f.metadata()) == []
+        quality = json.loads(f.metadata()["quality"])
+        for name in L.TABLE_NAMES:
+            q, scale = f.get_tensor(name), f.get_tensor(TF.scale_name(name))
+            assert q.dtype == torch.int8 and scale.dtype == torch.float32
+            assert scale.shape == (q.shape[0], 1)
+            assert int(q.abs().max()) <= TF.QMAX
+            assert quality[name]["rel_error"] < 0.02 and quality[name]["mean_row_cosine"] > 0.999
+            assert dequantize_rows(q, scale, torch.bfloat16).shape == q.shape
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(width=32, allow_nan=True, allow_infinity=True), max_size=64))
+def test_bad_scale_bits_agree_with_torch(values):
+    t = torch.tensor(values, dtype=torch.float32)
+    want = [i for i, v in enumerate(t.tolist()) if not (torch.isfinite(torch.tensor(v)) and v >= 0)]  # -0.0 decodes to 0: fine
+    count, first = bad_f32_indexes(t.numpy().tobytes(), limit=len(values))
+    assert (count, first) == (len(want), want)
