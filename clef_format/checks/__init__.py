@@ -7,6 +7,7 @@ from typing import Callable, Iterable
 from ..checkpoint import Checkpoint
 from ..findings import Finding
 from .backbone import check_backbone
+from .cache import check_cache
 from .head import check_head
 from .layout import check_layout
 from .tables import check_tables
@@ -18,4 +19,5 @@ CHECKS: list[Check] = [
     check_backbone,
     check_tables,
     check_head,
+    check_cache,
 ]
