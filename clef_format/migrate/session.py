@@ -1,0 +1,203 @@
+"""One ``clef-format migrate`` call: refuse early, recover, plan, verify, apply, verify again -> a Report.
+
+The order of decisions, each of which ends the call with the checkpoint unchanged when it says no:
+snapshot without --output; target not writable; lock held by another run; an interrupted run
+(resumed, finished or rolled back first); no route between the layouts; verify errors the step
+does not fix; a tables file that does not verify (repair); not enough free space.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from ..checkpoint import Checkpoint, read_checkpoint
+from ..cli import CouldNotRun
+from ..findings import Finding, Report, error, info
+from .apply import Lock, Progress, Refused, Target, carried_by_link, check_space, make_target, read_journal, recover, \
+    run_plan
+from .build import StepRefused
+from .plan import Plan
+
+
+@dataclass
+class Options:
+    to: str = "layout-2"
+    output: str | None = None
+    dry_run: bool = False
+    abort: bool = False
+    current: bool = False
+
+
+def _blocking(ck: Checkpoint, plan: Plan, display: str) -> list[Finding]:
+    """Verify errors the step cannot fix: reasons to refuse."""
+    from ..verify import verify_checkpoint
+
+    report = verify_checkpoint(ck, display)
+    return [f for f in report.findings if f.severity == "error" and f.code not in plan.fixes]
+
+
+def _deep_refusal(ck: Checkpoint, edge: Any) -> Refused | None:
+    if not getattr(edge.step, "DEEP_CHECK", False):
+        return None
+    from .inspect import int8_out_of_range
+
+    bad = int8_out_of_range(ck)
+    if bad:
+        return Refused("migrate-refused", f"the int8 tables file holds -128 in {', '.join(bad)}, a value the format "
+                                          "never writes: the file is corrupted, adding a marker would serve it",
+                       "re-download clef_head/tables_int8.safetensors (or the whole checkpoint)")
+    return None
+
+
+def _check_output(target: Target, root: str) -> None:
+    if target.in_place:
+        return
+    real_root = os.path.realpath(root)
+    if target.path == real_root or target.path.startswith(real_root + os.sep):
+        raise CouldNotRun(f"--output {target.path} is inside the checkpoint; pick a directory outside it")
+    if os.path.lexists(target.path) and read_journal(target) is None:
+        if not os.path.isdir(target.path) or os.listdir(target.path):
+            raise CouldNotRun(f"--output {target.path} exists and is not an empty directory")
+
+
+def _writable(target: Target) -> None:
+    dirs = [target.parent] + ([target.path] if target.in_place else [])
+    for d in dirs:
+        if not os.access(d, os.W_OK):
+            raise Refused("migrate-refused", f"{d} is read-only; nothing was written",
+                          "use --output DIR on a writable disk" if target.in_place else "pick a writable --output")
+
+
+def migrate(root: str, display: str, opts: Options, progress: Progress | None = None) -> Report:
+    """Run (or plan) the migration of the checkpoint at ``root`` to ``opts.to``."""
+    import migrations
+
+    ck = read_checkpoint(root)
+    target = make_target(root, opts.output)
+    report = Report(path=display, layout=str(ck.layout))
+    report.extra.update({"from": str(ck.layout), "to": opts.to, "dry_run": opts.dry_run, "steps": [],
+                         "output": opts.output, "recovered": []})
+    if opts.current:
+        journal = read_journal(target)
+        report.extra["revision"] = migrations.revision_of(str(ck.layout))
+        report.extra["pending"] = f"{journal['revision']} {journal['direction']} ({journal['phase']})" if journal else None
+        return report
+    try:
+        _check_output(target, root)
+        if target.in_place and ck.hf_snapshot:
+            raise Refused("migrate-refused", f"{display} is a Hugging Face cache snapshot: its files are shared blobs "
+                                             "and are never written", f"clef-format migrate {display} --to {opts.to} --output DIR")
+        if opts.dry_run:
+            return _dry_run(ck, target, opts, report)
+        _writable(target)
+        with Lock(target):
+            note = recover(target, ck, abort=opts.abort)
+            if note:
+                report.extra["recovered"].append(note)
+                report.findings.append(info("migrate-recovered", note))
+            if opts.abort:
+                report.extra["message"] = note or "no interrupted migration to roll back"
+                report.layout = str(read_checkpoint(root).layout)
+                return report
+            if not target.in_place and os.path.isdir(target.path) and os.listdir(target.path):
+                target = Target(target.path, target.path, True)  # a recovered output: go on from there
+            ck = read_checkpoint(target.source)
+            _run_steps(ck, target, opts, report, display, progress)
+    except Refused as exc:
+        report.findings.append(error(exc.code, exc.message, fix=exc.fix))
+    except StepRefused as exc:
+        report.findings.append(error("migrate-refused", str(exc)))
+    return report
+
+
+def _route(ck: Checkpoint, to: str) -> list[Any]:
+    import migrations
+
+    route = migrations.path(str(ck.layout), to)
+    if route is None:
+        raise Refused("migrate-refused", f"no migration leads from {ck.layout} to {to}",
+                      f"run clef-format verify {ck.root} and fix (or re-download) what it reports")
+    return route
+
+
+def _refuse_blocking(ck: Checkpoint, plan: Plan, display: str, edge: Any) -> None:
+    blocking = _blocking(ck, plan, display)
+    if blocking:
+        summary = "; ".join(f"{f.code} ({f.message})" for f in blocking[:5])
+        raise Refused("migrate-refused", f"verify reports errors that {edge.revision} cannot fix: {summary}",
+                      blocking[0].fix or f"run clef-format verify {display}")
+    deep = _deep_refusal(ck, edge)
+    if deep:
+        raise deep
+
+
+def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: Report) -> Report:
+    route = _route(ck, opts.to)
+    if not route:
+        report.extra["message"] = f"already at {opts.to}: nothing to do"
+    for i, edge in enumerate(route):
+        if i == 0:
+            plan = edge.plan(ck)
+            _refuse_blocking(ck, plan, report.path, edge)
+            by_link = carried_by_link(target, ck.hf_snapshot)
+            report.extra["steps"].append({"plan": plan.to_dict(by_link)})
+            parent = target.parent
+            st = os.statvfs(parent if os.path.isdir(parent) else os.path.dirname(parent))
+            free = st.f_bavail * st.f_frsize
+            report.extra["space_free"] = free
+            if plan.space_needed(by_link) > free:
+                report.findings.append(error("migrate-refused", f"not enough free space: {plan.space_needed(by_link):,} "
+                                                                f"bytes needed, {free:,} free on {parent}"))
+        else:
+            report.extra["steps"].append({"plan": {"revision": edge.revision, "direction": edge.direction,
+                                                   "from": edge.src, "to": edge.dst, "read": {}, "written": {},
+                                                   "removed": [], "carried": 0, "bytes_carried": 0,
+                                                   "notes": ["planned after the previous step has run"]}})
+    pending = read_journal(target)
+    if pending:
+        report.extra["pending"] = f"{pending['revision']} {pending['direction']} ({pending['phase']})"
+    return report
+
+
+def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: Report, display: str,
+               progress: Progress | None) -> None:
+    from ..quantize import NonFiniteRows
+    from ..verify import verify_checkpoint
+
+    route = _route(ck, opts.to)
+    if not route:
+        report.extra["message"] = f"already at {opts.to}: nothing to do"
+    while route:
+        edge = route[0]
+        plan = edge.plan(ck)
+        _refuse_blocking(ck, plan, display, edge)
+        check_space(plan, target, ck.hf_snapshot)
+        by_link = carried_by_link(target, ck.hf_snapshot)
+        step: dict[str, Any] = {"plan": plan.to_dict(by_link)}
+        try:
+            result = run_plan(plan, ck, target, progress)
+        except NonFiniteRows as exc:
+            report.findings.append(error("table-nonfinite", f"{exc}: quantizing would hide them; nothing was changed",
+                                         fix="re-download the backbone; a healthy table has no NaN/Inf rows"))
+            return
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            if exc.errno in (28, 27, 122):  # ENOSPC, EFBIG, EDQUOT
+                reason = f"the disk is full or the file size limit was hit ({exc.strerror})"
+            report.findings.append(error("migrate-failed", f"{plan.revision} {plan.direction} failed: {reason}; "
+                                         "the new files were removed and the checkpoint is exactly as it was",
+                                         fix="free space, or use --output DIR on another disk" if exc.errno in (28, 27, 122)
+                                         else None))
+            return
+        step["quality"] = result.quality
+        step["carried_by"] = result.carried_by
+        report.extra["steps"].append(step)
+        target = Target(target.path, target.path, True)
+        ck = read_checkpoint(target.path)
+        route = _route(ck, opts.to)
+    final = verify_checkpoint(read_checkpoint(target.path), display)
+    report.layout = final.layout
+    report.findings.extend(final.findings)
+    report.extra["result"] = target.path

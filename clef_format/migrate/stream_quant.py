@@ -1,0 +1,72 @@
+"""The streaming fast path of ``clef_format.quantize``: same arithmetic, preallocated buffers, fused quality.
+
+``quantize_rows`` + ``QualityMeter.add`` allocate several full-size float32 temporaries per call;
+on a 248320 x 4096 table that is page-fault bound (about 10x slower than this on the 2-core
+machines). ``RowQuantizer`` reuses two float32 buffers of one block and derives every quality
+figure from three row dot products. The tests check it bit-identical to ``quantize_rows`` and
+its figures equal to ``QualityMeter``'s.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..quantize import NonFiniteRows, QualityMeter
+from ..tables_format import QMAX
+
+#: Rows per block: 512 x 4096 float32 = 8 MiB per buffer, small enough to stay near the caches.
+BLOCK_ROWS = 512
+
+
+class RowQuantizer:
+    """Quantize one table block by block, accumulating its quality figures."""
+
+    def __init__(self, hidden: int, block_rows: int = BLOCK_ROWS) -> None:
+        self.hidden = hidden
+        self.x = torch.empty(block_rows, hidden, dtype=torch.float32)
+        self.d = torch.empty(block_rows, hidden, dtype=torch.float32)
+        self.q = torch.empty(block_rows, hidden, dtype=torch.int8)
+        self.meter = QualityMeter()
+
+    def block(self, rows: torch.Tensor, first_row: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """Quantize ``[r, hidden]`` rows: (I8 view valid until the next call, F32 ``[r, 1]`` scales)."""
+        r = rows.shape[0]
+        x, d, q = self.x[:r], self.d[:r], self.q[:r]
+        x.copy_(rows)
+        amax = torch.maximum(x.amax(dim=1, keepdim=True), x.amin(dim=1, keepdim=True).neg_())  # NaN/Inf propagate
+        finite = torch.isfinite(amax)
+        if not bool(finite.all()):
+            raise NonFiniteRows([first_row + i for i in torch.nonzero(~finite.flatten()).flatten().tolist()])
+        scale = amax / QMAX
+        safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+        torch.div(x, safe, out=d)
+        d.round_().clamp_(-QMAX, QMAX)
+        q.copy_(d)
+        # quality from three row norms: |x|, |y| (decoded) and |y - x|
+        d.mul_(scale)
+        ny = torch.linalg.vector_norm(d, dim=1).double()
+        d.sub_(x)
+        self._account(torch.linalg.vector_norm(x, dim=1).double(), ny, torch.linalg.vector_norm(d, dim=1).double())
+        return q, scale
+
+    def _account(self, nx: torch.Tensor, ny: torch.Tensor, nd: torch.Tensor) -> None:
+        """cos = 1 - ((|x| - |y|)^2 + |d|^2) / (2 |x| |y|): well conditioned near 1, unlike x.y / (|x| |y|)."""
+        m = self.meter
+        m.rows += nx.shape[0]
+        dd, xx = nd * nd, nx * nx
+        m.err_sq += float(dd.sum())
+        m.ref_sq += float(xx.sum())
+        nonzero = nx > 0
+        if bool(nonzero.any()):
+            nx, ny, dd, xx = nx[nonzero], ny[nonzero], dd[nonzero], xx[nonzero]
+            denom = (2 * nx * ny).clamp_min(1e-300)
+            cos = (1 - ((nx - ny) ** 2 + dd) / denom).clamp(-1.0, 1.0)
+            m.cos_sum += float(cos.sum())
+            m.cos_min = min(m.cos_min, float(cos.min()))
+            m.row_rel_max = max(m.row_rel_max, math.sqrt(float((dd / xx).max())))
+            m._nonzero_rows += int(nonzero.sum())
+
+    def figures(self) -> dict[str, float]:
+        return self.meter.figures()
