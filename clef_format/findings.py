@@ -53,6 +53,11 @@ CODES: dict[str, str] = {
     "manifest-missing": "deep verification found nothing to compare a file against",
     "scale-range": "a decoded scale is outside the range its dtype allows",
     "deep-verified": "verify --deep hashed files against their references and every hash matched (info)",
+    # migrate
+    "migrate-refused": "migrate would not start (or go on); the checkpoint is unchanged",
+    "migrate-failed": "migrate failed while writing and rolled back; the checkpoint is unchanged",
+    "table-nonfinite": "a source table row holds NaN or Inf; it cannot be quantized faithfully",
+    "migrate-recovered": "migrate found an interrupted run and resumed, finished or rolled it back (info)",
 }
 
 
