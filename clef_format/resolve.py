@@ -405,26 +405,23 @@ def vllm_view(qc: QuantConfig, model: VllmModel) -> VllmQuant:
 
 
 def resolve_layer(layer: VllmLayer, vq: VllmQuant, model: VllmModel) -> Decision:
-    """The scheme vLLM 0.28 builds for ``layer`` (``get_quant_method`` for a Linear / ParallelLMHead)."""
+    """The scheme vLLM builds for ``layer`` (``get_quant_method`` for a Linear / ParallelLMHead)."""
     try:
         if should_ignore(layer.name, vq.ignore, model.packed, model.version):
             return Decision(layer.name, schemes.UNQUANTIZED, ignored=True)
-        if not vq.targets:
-            return Decision(layer.name, schemes.UNQUANTIZED)
-        target = find_matched_target(layer.name, layer.cls, vq.targets.keys(), model.packed)
-        if target is None:
-            return Decision(layer.name, schemes.UNQUANTIZED)
-        entry = vq.targets[target]
-        try:
-            scheme = classify(entry, vq.format, layer.name)
-        except VllmLayerError as e:
-            # ParallelLMHead: vLLM catches ValueError from get_scheme and serves it unquantized.
-            if layer.group == "lm_head" and e.kind == "ValueError":
-                return Decision(layer.name, schemes.UNQUANTIZED, target, entry.group)
-            raise
-        return Decision(layer.name, scheme, target, entry.group)
     except VllmLayerError as e:
         return Decision(layer.name, None, error=str(e), error_kind=e.kind)
+    target = find_matched_target(layer.name, layer.cls, vq.targets.keys(), model.packed) if vq.targets else None
+    if target is None:
+        return Decision(layer.name, schemes.UNQUANTIZED)
+    entry = vq.targets[target]
+    try:
+        return Decision(layer.name, classify(entry, vq.format, layer.name), target, entry.group)
+    except VllmLayerError as e:
+        # ParallelLMHead: vLLM catches ValueError from get_scheme and serves it unquantized.
+        if layer.group == "lm_head" and e.kind == "ValueError":
+            return Decision(layer.name, schemes.UNQUANTIZED, target, entry.group)
+        return Decision(layer.name, None, target, entry.group, error=str(e), error_kind=e.kind)
 
 
 def resolve_vllm(config: Mapping[str, Any], version: str = DEFAULT_VLLM) -> list[Decision]:

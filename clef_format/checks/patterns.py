@@ -220,7 +220,11 @@ def _changes(model: VllmModel, vq: R.VllmQuant, entry: str, fix: str) -> bool:
     """Whether ignoring ``fix`` instead of ``entry`` changes what vLLM builds (else the slip is harmless)."""
     mapped = vq.mapped_from.get(entry, entry)
     fixed = R.VllmQuant(vq.targets, tuple(fix if i == mapped else i for i in vq.ignore), vq.format, vq.mapped_from)
-    return any(R.resolve_layer(l, vq, model) != R.resolve_layer(l, fixed, model) for l in model.layers)
+    def built(q: R.VllmQuant, layer: VllmLayer) -> tuple[str | None, str | None]:
+        d = R.resolve_layer(layer, q, model)
+        return d.scheme, d.error
+
+    return any(built(vq, l) != built(fixed, l) for l in model.layers)
 
 
 def _label(h: R.HfDecision | None) -> str:

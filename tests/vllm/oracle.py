@@ -1,0 +1,175 @@
+"""Ask the real vLLM what it builds for every layer, two ways.
+
+``direct``: vLLM's own ``CompressedTensorsConfig.from_config`` + ``apply_vllm_mapper`` (the
+unstacked mapper, as ``configure_quant_config`` does) + ``get_scheme_dict`` / ``_get_scheme_from_parts``
+per layer name. ``construct``: vLLM builds the whole tiny model on the meta device while
+``get_scheme_dict`` is wrapped to record every layer it is asked about; the recorded scheme dicts
+are then turned into scheme classes by the same vLLM code. Nothing of clef_format is used here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+
+from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import (  # noqa: E402
+    CompressedTensorsConfig,
+)
+from vllm.model_executor.models.qwen3_5 import (  # noqa: E402
+    Qwen3_5ForCausalLM,
+    Qwen3_5ForConditionalGeneration,
+)
+
+CLASSES = {"Qwen3_5ForConditionalGeneration": Qwen3_5ForConditionalGeneration, "Qwen3_5ForCausalLM": Qwen3_5ForCausalLM}
+
+
+@dataclass(frozen=True)
+class VllmDecision:
+    scheme_class: str | None  # e.g. CompressedTensorsW8A8Fp8; None = unquantized
+    target: str | None  # the target_scheme_map key that decided it
+    error_kind: str | None  # exception class name vLLM raised
+    module_class: str | None = None  # recorded in construct mode
+
+
+def mapped_config(config: dict[str, Any]) -> tuple[CompressedTensorsConfig, type]:
+    cls = CLASSES[config["architectures"][0]]
+    qc = CompressedTensorsConfig.from_config(copy.deepcopy(config["quantization_config"]))
+    qc.apply_vllm_mapper(cls.hf_to_vllm_mapper.get_unstacked_mapper())
+    qc.packed_modules_mapping = cls.packed_modules_mapping
+    return qc, cls
+
+
+def _target_of(qc: CompressedTensorsConfig, scheme_dict: Any) -> str | None:
+    return next((k for k, v in qc.target_scheme_map.items() if v is scheme_dict), None)
+
+
+def _record_kwargs(self: Any, *args: Any, **kwargs: Any) -> None:
+    self.kwargs = kwargs
+
+
+@contextlib.contextmanager
+def _stub_scheme_constructors():
+    """Replace only the *constructors* of vLLM's scheme classes (they pick GPU kernels) with stubs of
+    the same name, so ``_get_scheme_from_parts``' real decision logic runs on a CPU-only machine."""
+    from vllm.model_executor.layers.quantization.compressed_tensors import compressed_tensors as ct
+    from vllm.model_executor.layers.quantization.compressed_tensors.schemes import CompressedTensorsScheme
+
+    saved = {n: v for n, v in vars(ct).items()
+             if isinstance(v, type) and issubclass(v, CompressedTensorsScheme) and v is not CompressedTensorsScheme}
+    for n, v in saved.items():
+        setattr(ct, n, type(n, (v,), {"__init__": _record_kwargs}))
+    try:
+        yield
+    finally:
+        for n, v in saved.items():
+            setattr(ct, n, v)
+
+
+def scheme_from_dict(qc: CompressedTensorsConfig, scheme_dict: Any, name: str, is_lm_head: bool) -> VllmDecision:
+    """``get_scheme`` after ``get_scheme_dict``, as ``get_quant_method`` does (lm_head: ValueError -> None)."""
+    target = _target_of(qc, scheme_dict) if scheme_dict else None
+    if not scheme_dict or scheme_dict.get("weights") is None:
+        return VllmDecision(None, target, None)
+    try:
+        with _stub_scheme_constructors():
+            scheme = qc._get_scheme_from_parts(
+                weight_quant=scheme_dict.get("weights"), input_quant=scheme_dict.get("input_activations"),
+                output_quant=scheme_dict.get("output_activations"), format=scheme_dict.get("format"), layer_name=name)
+    except ValueError as e:
+        if is_lm_head:
+            return VllmDecision(None, target, None)
+        return VllmDecision(None, target, type(e).__name__)
+    except NotImplementedError as e:
+        return VllmDecision(None, target, type(e).__name__)
+    a16 = "+a16" if getattr(scheme, "kwargs", {}).get("use_a16") else ""  # NVFP4 weights, BF16 activations
+    return VllmDecision(type(scheme).__name__ + a16, target, None)
+
+
+def direct(config: dict[str, Any], layers: list[tuple[str, str]]) -> dict[str, VllmDecision]:
+    """vLLM's decision per (layer name, layer class name) from its matching functions alone."""
+    qc, _ = mapped_config(config)
+    out: dict[str, VllmDecision] = {}
+    for name, cls_name in layers:
+        module = type(cls_name, (torch.nn.Module,), {})()
+        try:
+            sd = qc.get_scheme_dict(module, name)
+        except ValueError as e:
+            out[name] = VllmDecision(None, None, type(e).__name__)
+            continue
+        out[name] = scheme_from_dict(qc, sd, name, cls_name == "ParallelLMHead")
+    return out
+
+
+@contextlib.contextmanager
+def _tolerate_missing_c_ops():
+    """vLLM 0.28 on CPU: SiluAndMul looks up torch.ops._C.silu_and_mul at construction (test-only patch)."""
+    from vllm.model_executor.layers import activation
+
+    original = activation.SiluAndMul.__init__
+
+    def init(self, *args, **kwargs):
+        try:
+            original(self, *args, **kwargs)
+        except (AttributeError, RuntimeError):
+            self.op = None
+
+    activation.SiluAndMul.__init__ = init
+    try:
+        yield
+    finally:
+        activation.SiluAndMul.__init__ = original
+
+
+def construct(config: dict[str, Any]) -> dict[str, VllmDecision]:
+    """Let vLLM build the model on the meta device and record what each layer resolves to."""
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+    from vllm.distributed.parallel_state import model_parallel_is_initialized
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.model_executor.model_loader.utils import initialize_model
+
+    recorded: list[tuple[str, str, Any, str | None]] = []
+    original = CompressedTensorsConfig.get_scheme_dict
+
+    def spy(self, layer, layer_name=None):
+        try:
+            sd = original(self, layer, layer_name)
+            recorded.append((layer_name, type(layer).__name__, sd, None, self))
+        except ValueError as e:
+            recorded.append((layer_name, type(layer).__name__, None, type(e).__name__, self))
+        return None
+
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(config, f)
+        vllm_config = EngineArgs(model=d, load_format="dummy", enforce_eager=True, skip_tokenizer_init=True,
+                                 dtype="bfloat16", max_model_len=256).create_engine_config()
+        CompressedTensorsConfig.get_scheme_dict = spy
+        try:
+            with set_current_vllm_config(vllm_config), _tolerate_missing_c_ops():
+                if not torch.distributed.is_initialized():
+                    init_distributed_environment(world_size=1, rank=0, local_rank=0,
+                                                 distributed_init_method=f"file://{d}/dist", backend="gloo")
+                if not model_parallel_is_initialized():
+                    initialize_model_parallel(1, 1)
+                with torch.device("meta"):
+                    initialize_model(vllm_config=vllm_config)
+        finally:
+            CompressedTensorsConfig.get_scheme_dict = original
+    out: dict[str, VllmDecision] = {}
+    for name, cls_name, sd, err, qc in recorded:
+        if err is not None:
+            out[name] = VllmDecision(None, None, err, cls_name)
+        else:
+            dec = scheme_from_dict(qc, sd, name, cls_name == "ParallelLMHead")
+            out[name] = VllmDecision(dec.scheme_class, dec.target, dec.error_kind, cls_name)
+    return out
