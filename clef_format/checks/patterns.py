@@ -182,21 +182,21 @@ def _target_findings(model_cfg: ModelConfig, model: VllmModel, qc: R.QuantConfig
             continue
         hf_names = _hf_hits(model_cfg, target, by_class=True)
         if mapped is None:
-            out.append(Finding("pattern-unmatched", "warning", f"target {target!r} is dropped by vLLM's name mapper",
+            out.append(Finding("pattern-unmatched", "warning", f"target '{target}' is dropped by vLLM's name mapper",
                                file=CONFIG_FILE, fix=None))
         elif hf_names:
             expected = _expected_layers(model, set(hf_names))
             fix = _derive_fix(model, target, expected, as_ignore=False)
             out.append(Finding(
                 "pattern-hf-anchored", "error",
-                f"target {target!r} matches Hugging Face modules ({summarize(hf_names)}) but no vLLM layer; "
+                f"target '{target}' matches Hugging Face modules ({summarize(hf_names)}) but no vLLM layer; "
                 "vLLM matches its own names (re: patterns with re.match, anchored at the start)",
                 file=CONFIG_FILE, module=hf_names[0],
-                fix=f"use {fix!r} instead of {target!r}" if fix else "rewrite the target against vLLM's layer names "
+                fix=f"use '{fix}' instead of '{target}'" if fix else "rewrite the target against vLLM's layer names "
                 "(`clef-format layers PATH` lists them)"))
         else:
-            out.append(Finding("pattern-unmatched", "warning", f"target {target!r} matches no vLLM layer (nor any HF module)",
-                               file=CONFIG_FILE, fix=f"remove {target!r} or correct it"))
+            out.append(Finding("pattern-unmatched", "warning", f"target '{target}' matches no vLLM layer (nor any HF module)",
+                               file=CONFIG_FILE, fix=f"remove '{target}' or correct it"))
     for entry in qc.ignore:
         mapped = vq.mapped_from.get(entry)
         if mapped is not None and _vllm_ignore_hits(model, mapped):
@@ -207,12 +207,12 @@ def _target_findings(model_cfg: ModelConfig, model: VllmModel, qc: R.QuantConfig
             fix = _derive_fix(model, entry, expected, as_ignore=True)
             out.append(Finding(
                 "ignore-unmatched", "warning" if fix is None or _changes(model, vq, entry, fix) else "info",
-                f"ignore entry {entry!r} matches Hugging Face modules ({summarize(hf_names)}) but no vLLM layer",
+                f"ignore entry '{entry}' matches Hugging Face modules ({summarize(hf_names)}) but no vLLM layer",
                 file=CONFIG_FILE, module=hf_names[0],
-                fix=f"use {fix!r} instead of {entry!r}" if fix else None))
+                fix=f"use '{fix}' instead of '{entry}'" if fix else None))
         else:
-            out.append(Finding("ignore-unmatched", "warning", f"ignore entry {entry!r} matches no vLLM layer",
-                               file=CONFIG_FILE, fix=f"remove {entry!r} or correct it"))
+            out.append(Finding("ignore-unmatched", "warning", f"ignore entry '{entry}' matches no vLLM layer",
+                               file=CONFIG_FILE, fix=f"remove '{entry}' or correct it"))
     return out
 
 
@@ -230,7 +230,7 @@ def _changes(model: VllmModel, vq: R.VllmQuant, entry: str, fix: str) -> bool:
 def _label(h: R.HfDecision | None) -> str:
     if h is None or h.scheme is None:
         return "ignored (BF16)" if h is not None and h.ignored else "unquantized (BF16)"
-    return f"{h.scheme} via {h.target!r}"
+    return f"{h.scheme} via '{h.target}'"
 
 
 def _layer_issues(layer: VllmLayer, d: R.Decision, hf: dict[str, R.HfDecision], stored: dict[str, str | None]) -> list[_Issue]:
@@ -256,7 +256,7 @@ def _layer_issues(layer: VllmLayer, d: R.Decision, hf: dict[str, R.HfDecision], 
                               "give all shards of a fused layer one config group (or ignore them together)"))
     stored_here = [(s.name, stored.get(s.name)) for s in layer.shards if stored.get(s.name) is not None]
     quant_stored = [(n, sc) for n, sc in stored_here if sc != schemes.UNQUANTIZED]
-    via = f" (target {d.target!r})" if d.target else (" (ignored)" if d.ignored else " (no target matches)")
+    via = f" (target '{d.target}')" if d.target else (" (ignored)" if d.ignored else " (no target matches)")
     if d.scheme == schemes.UNQUANTIZED and quant_stored:
         kinds = ", ".join(sorted({sc for _, sc in quant_stored if sc}))
         out.append(_Issue("layer-unquantized", "error",
@@ -271,7 +271,7 @@ def _layer_issues(layer: VllmLayer, d: R.Decision, hf: dict[str, R.HfDecision], 
                           layer.name, "make the config's targets match what the export wrote (see `clef-format layers`)"))
         return out
     meant = [h for h in shard_hf if h is not None and h.scheme is not None]
-    if d.scheme == schemes.UNQUANTIZED and meant and not stored_here:
+    if d.scheme == schemes.UNQUANTIZED and meant and not quant_stored:
         out.append(_Issue("layer-unquantized", "warning",
                           f"{{modules}}: the recipe quantizes it ({_label(meant[0])}) but vLLM builds it unquantized{via}",
                           layer.name, _unquantized_fix(layer, shard_hf)))

@@ -1,0 +1,117 @@
+"""Every pattern finding, produced by a real-format fixture checkpoint and asserted.
+
+The checkpoints come from fixtures.builders (stored tensors in the real schemes); their
+quantization_config is replaced by a broken one made with compressed-tensors' own classes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from clef_format.checkpoint import read_checkpoint
+from clef_format.checks.patterns import check_patterns
+from clef_format.findings import Finding
+from fixtures.quant import PROJ, build_quant_config
+from pattern_cases import quant_dict
+
+N = 8  # fixture layers; hybrid stores layers 0-3 FP8, 4-7 NVFP4
+
+
+def findings_with(root: Path, edit: Callable[[dict[str, Any]], None] | None = None) -> list[Finding]:
+    if edit is not None:
+        cfg_path = root / "config.json"
+        config = json.loads(cfg_path.read_text())
+        edit(config["quantization_config"] if "quantization_config" in config else config)
+        cfg_path.write_text(json.dumps(config))
+    return check_patterns(read_checkpoint(root))
+
+
+def by_code(fs: list[Finding], code: str) -> list[Finding]:
+    return [f for f in fs if f.code == code]
+
+
+@pytest.mark.parametrize("build", ["nvfp4", "fp8", "hybrid", "mixed"])
+def test_published_builds_have_no_pattern_errors(built: Callable[..., Path], build: str) -> None:
+    fs = check_patterns(read_checkpoint(built("layout-2", build)))
+    assert [f for f in fs if f.severity == "error"] == []
+    lm = by_code(fs, "ignore-unmatched")  # "lm_head" in ignore never names vLLM's language_model.lm_head
+    assert lm and lm[0].severity == "info" and lm[0].fix == "use 'language_model.lm_head' instead of 'lm_head'"
+
+
+def test_quant_config_invalid(fresh: Callable[..., Path]) -> None:
+    fs = findings_with(fresh(), lambda q: q["config_groups"]["group_0"]["weights"].update(bogus=1))
+    assert [f.code for f in fs] == ["quant-config-invalid"]
+
+
+def test_pattern_unmatched(fresh: Callable[..., Path]) -> None:
+    fs = findings_with(fresh(), lambda q: q["config_groups"]["group_0"]["targets"].append(r"re:.*mlp\.gate_upp_proj$"))
+    (f,) = by_code(fs, "pattern-unmatched")
+    assert "gate_upp_proj" in f.message and f.severity == "warning"
+
+
+def test_hf_anchored_targets_leave_stored_fp8_layers_unquantized(fresh: Callable[..., Path]) -> None:
+    anchored = rf"re:model\.language_model\.layers\.(0|1|2|3)\.{PROJ}$"
+    fs = findings_with(fresh(), lambda q: q["config_groups"]["group_0"].update(targets=[anchored]))
+    (f,) = by_code(fs, "pattern-hf-anchored")
+    assert f.severity == "error" and anchored in f.message
+    assert f.fix == f"use 're:language_model\\.model{anchored[len('re:model.language_model') + 1:]}' instead of '{anchored}'"
+    unq = by_code(fs, "layer-unquantized")
+    assert unq and all(x.severity == "error" for x in unq)
+    assert any("layers.{0-3}" in x.message for x in unq)
+
+
+def test_fix_of_hf_anchored_target_clears_the_findings(fresh: Callable[..., Path]) -> None:
+    anchored = rf"re:model\.language_model\.layers\.(0|1|2|3)\.{PROJ}$"
+    root = fresh()
+    (f,) = by_code(findings_with(root, lambda q: q["config_groups"]["group_0"].update(targets=[anchored])), "pattern-hf-anchored")
+    fixed = f.fix.split("'")[1]
+    fs = findings_with(root, lambda q: q["config_groups"]["group_0"].update(targets=[fixed]))
+    assert [x for x in fs if x.severity == "error"] == []
+
+
+def test_half_ignored_fused_layer(fresh: Callable[..., Path]) -> None:
+    fs = findings_with(fresh(), lambda q: q["ignore"].append(r"re:.*in_proj_qkv$"))
+    (f,) = by_code(fs, "fused-scheme-mismatch")
+    assert "in_proj_qkvz" in f.message and "partly ignored" in f.message and f.severity == "error"
+
+
+def test_fused_shards_in_different_groups(fresh: Callable[..., Path]) -> None:
+    def edit(q: dict[str, Any]) -> None:
+        new = quant_dict([("FP8_DYNAMIC", [r"re:.*in_proj_qkv"], "float-quantized"),
+                          ("NVFP4", [r"re:.*in_proj_z$", r"re:.*mlp.*", r"re:.*(self_attn|out_proj).*"], "nvfp4-pack-quantized")],
+                         q["ignore"], "mixed-precision")
+        q.clear()
+        q.update(new)
+
+    fs = findings_with(fresh("layout-2", "nvfp4"), edit)
+    fused = by_code(fs, "fused-scheme-mismatch")
+    assert fused and "in_proj_qkvz" in fused[0].message
+    # vLLM builds FP8 (the unanchored in_proj_qkv matches the fused name) over stored NVFP4 tensors
+    mism = by_code(fs, "scheme-tensor-mismatch")
+    assert mism and "fp8-w8a8" in mism[0].message and "nvfp4-w4a4" in mism[0].message
+
+
+def test_scheme_tensor_mismatch(fresh: Callable[..., Path]) -> None:
+    """Hybrid tensors (FP8 layers 0-3) under the NVFP4-everywhere config."""
+    nvfp4 = build_quant_config("nvfp4", N)
+
+    def edit(q: dict[str, Any]) -> None:
+        q.clear()
+        q.update(nvfp4)
+
+    fs = findings_with(fresh(), edit)
+    mism = by_code(fs, "scheme-tensor-mismatch")
+    assert mism and all("layers.{0-3}" in f.message for f in mism)
+    assert all("nvfp4-w4a4" in f.message and "fp8-w8a8" in f.message for f in mism)
+
+
+def test_layer_meant_quantized_but_bf16_in_vllm(fresh: Callable[..., Path]) -> None:
+    """A BF16 checkpoint whose recipe quantizes HF names vLLM never sees: warning (nothing stored quantized)."""
+    fs = findings_with(fresh("layout-2", "bf16"), lambda c: c.update(
+        quantization_config=quant_dict([("NVFP4", [r"re:model\.language_model\..*mlp.*"], None)], [], "nvfp4-pack-quantized")))
+    unq = by_code(fs, "layer-unquantized")
+    assert unq and {f.severity for f in unq} == {"warning"}
