@@ -36,7 +36,7 @@ from ..checkpoint import Checkpoint, hf_blobs_dir, read_checkpoint
 from ..findings import Report
 from . import fsutil
 from .plan import Plan, Safetensors
-from .writer import write_output
+from .writer import wait_all, write_output
 
 CRASH_ENV = "CLEF_FORMAT_CRASH_AT"
 JOURNAL_VERSION = 1
@@ -159,11 +159,10 @@ class Lock:
 
     def __exit__(self, *exc: object) -> None:
         if self.fd is not None:
-            if exc[0] is None:
-                try:
-                    os.unlink(self.target.lock_path)
-                except OSError:
-                    pass
+            try:
+                os.unlink(self.target.lock_path)  # still held: a waiting run re-checks the inode and retries
+            except OSError:
+                pass
             os.close(self.fd)
             self.fd = None
 
@@ -382,8 +381,7 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
         for out in small:
             produce(out)
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            for fut in [pool.submit(produce, o) for o in big]:
-                fut.result()
+            wait_all([pool.submit(produce, o) for o in big])
         fsutil.finish_tree(ck.root, target.new)
         result.quality = dict(journal["quality"])
         result.staged_report = _verify_staged(plan, target, target.path)

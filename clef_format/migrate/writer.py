@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator
 
 from .plan import (Decoded, FileBytes, IndexFile, JsonFile, OutFile, QuantScales, QuantValues, Safetensors,
@@ -32,8 +33,28 @@ def write_all(fd: int, data: "memoryview | bytes") -> None:
         view = view[n:]
 
 
-def copy_range(src_fd: int, dst_fd: int, offset: int, nbytes: int, tick: Tick) -> None:
-    """Copy ``nbytes`` from ``offset`` of src to the current position of dst."""
+def wait_all(futures: list) -> None:
+    """Wait for every job; raise the first real error (not a sibling's cancellation)."""
+    errors = []
+    for fut in futures:
+        try:
+            fut.result()
+        except BaseException as exc:  # noqa: B902 - re-raised below
+            errors.append(exc)
+    if errors:
+        raise next((e for e in errors if not (isinstance(e, OSError) and e.errno == errno.ECANCELED)), errors[0])
+
+
+def write_all_at(fd: int, data: "memoryview | bytes", offset: int) -> None:
+    view = memoryview(data).cast("B")
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view = view[n:]
+        offset += n
+
+
+def copy_range(src_fd: int, dst_fd: int, offset: int, nbytes: int, tick: Tick, dst_offset: int = 0) -> None:
+    """Copy ``nbytes`` from ``offset`` of src to ``dst_offset`` of dst."""
     use_cfr = hasattr(os, "copy_file_range")
     done = 0
     buf = None
@@ -41,7 +62,7 @@ def copy_range(src_fd: int, dst_fd: int, offset: int, nbytes: int, tick: Tick) -
         want = min(COPY_CHUNK, nbytes - done)
         if use_cfr:
             try:
-                n = os.copy_file_range(src_fd, dst_fd, want, offset + done)
+                n = os.copy_file_range(src_fd, dst_fd, want, offset + done, dst_offset + done)
             except OSError as exc:
                 if exc.errno not in _NO_CFR:
                     raise
@@ -50,33 +71,35 @@ def copy_range(src_fd: int, dst_fd: int, offset: int, nbytes: int, tick: Tick) -
         else:
             buf = buf or bytearray(FALLBACK_BUFFER)
             n = os.preadv(src_fd, [memoryview(buf)[:min(want, FALLBACK_BUFFER)]], offset + done)
-            write_all(dst_fd, memoryview(buf)[:n])
+            write_all_at(dst_fd, memoryview(buf)[:n], dst_offset + done)
         if n == 0:
             raise OSError(errno.EIO, f"source ended {nbytes - done} bytes early")
         done += n
         tick(n)
 
 
-def _merged(tensors: tuple[TensorOut, ...]) -> Iterator[tuple[str, object]]:
-    """Group contiguous verbatim ranges of one source file into one copy."""
-    run: list[int] | None = None  # [offset, nbytes]
+def _merged(tensors: tuple[TensorOut, ...], data_start: int) -> Iterator[tuple[str, object, int]]:
+    """(kind, item, destination offset): contiguous verbatim ranges of one source file become one copy."""
+    run: list[int] | None = None  # [src offset, nbytes, dst offset]
     run_rel = ""
+    at = data_start
     for t in tensors:
         s = t.source
         if isinstance(s, FileBytes):
             if run is not None and s.rel == run_rel and run[0] + run[1] == s.offset:
                 run[1] += s.nbytes
-                continue
+            else:
+                if run is not None:
+                    yield "copy", (run_rel, run[0], run[1]), run[2]
+                run, run_rel = [s.offset, s.nbytes, at], s.rel
+        else:
             if run is not None:
-                yield "copy", (run_rel, run[0], run[1])
-            run, run_rel = [s.offset, s.nbytes], s.rel
-            continue
-        if run is not None:
-            yield "copy", (run_rel, run[0], run[1])
-            run = None
-        yield "tensor", t
+                yield "copy", (run_rel, run[0], run[1]), run[2]
+                run = None
+            yield "tensor", t, at
+        at += t.nbytes
     if run is not None:
-        yield "copy", (run_rel, run[0], run[1])
+        yield "copy", (run_rel, run[0], run[1]), run[2]
 
 
 class _Sources:
@@ -96,7 +119,7 @@ class _Sources:
             os.close(fd)
 
 
-def _quantize(src: _Sources, s: QuantValues, dst_fd: int, tick: Tick, scales: dict, quality: dict) -> None:
+def _quantize(src: _Sources, s: QuantValues, dst_fd: int, at: int, tick: Tick, scales: dict, quality: dict) -> None:
     import torch
 
     from .stream_quant import BLOCK_ROWS, RowQuantizer
@@ -107,23 +130,35 @@ def _quantize(src: _Sources, s: QuantValues, dst_fd: int, tick: Tick, scales: di
     rq = RowQuantizer(s.hidden)
     buf = bytearray(BLOCK_ROWS * s.hidden * item)
     fd = src.fd(s.rel)
+    row_bytes = s.hidden * item
+    _advise(fd, s.offset, s.rows * row_bytes, "POSIX_FADV_SEQUENTIAL")
     parts = []
     for first in range(0, s.rows, BLOCK_ROWS):
         r = min(BLOCK_ROWS, s.rows - first)
-        view = memoryview(buf)[: r * s.hidden * item]
-        got = os.preadv(fd, [view], s.offset + first * s.hidden * item)
+        _advise(fd, s.offset + (first + 4 * BLOCK_ROWS) * row_bytes, BLOCK_ROWS * row_bytes, "POSIX_FADV_WILLNEED")
+        view = memoryview(buf)[: r * row_bytes]
+        got = os.preadv(fd, [view], s.offset + first * row_bytes)
         if got != len(view):
             raise OSError(errno.EIO, f"{s.rel}: short read in {s.table}")
         rows = torch.frombuffer(view, dtype=dtype).view(r, s.hidden)
         q, scale = rq.block(rows, first)
-        write_all(dst_fd, q.numpy().data)
+        write_all_at(dst_fd, q.numpy().data, at + first * s.hidden)
         parts.append(scale.clone())
         tick(len(view))
     scales[s.table] = torch.cat(parts) if parts else torch.empty(0, 1)
     quality[s.table] = rq.figures()
 
 
-def _decode(src: _Sources, s: Decoded, dst_fd: int, tick: Tick) -> None:
+def _advise(fd: int, offset: int, length: int, advice: str) -> None:
+    """Ask the kernel to read ahead (the next blocks arrive while this one is quantized)."""
+    if hasattr(os, "posix_fadvise") and length > 0:
+        try:
+            os.posix_fadvise(fd, offset, length, getattr(os, advice))
+        except OSError:
+            pass
+
+
+def _decode(src: _Sources, s: Decoded, dst_fd: int, at: int, tick: Tick) -> None:
     import torch
 
     from ..quantize import dequantize_rows
@@ -141,7 +176,7 @@ def _decode(src: _Sources, s: Decoded, dst_fd: int, tick: Tick) -> None:
             raise OSError(errno.EIO, f"{s.rel}: short read in {s.table}")
         q = torch.frombuffer(view, dtype=torch.int8).view(r, s.hidden)
         out = dequantize_rows(q, scales[first:first + r], dtype)
-        write_all(dst_fd, out.view(torch.uint8).numpy().data if dtype != torch.float32 else out.numpy().data)
+        write_all_at(dst_fd, out.view(torch.uint8).numpy().data, at + first * s.hidden * out.element_size())
         tick(r * s.hidden)
 
 
@@ -149,26 +184,39 @@ def _write_safetensors(out: Safetensors, src_root: str, fd: int, tick: Tick) -> 
     header = header_bytes(out)
     write_all(fd, header)
     src = _Sources(src_root)
+    for rel in {t.source.rel for t in out.tensors if hasattr(t.source, "rel")}:
+        src.fd(rel)  # opened here, before the worker threads share the table
     scales: dict = {}
     quality: dict = {}
+    deferred = []
+
+    def one(kind: str, item: object, at: int) -> None:
+        if kind == "copy":
+            rel, offset, nbytes = item  # type: ignore[misc]
+            copy_range(src.fd(rel), fd, offset, nbytes, tick, at)
+            return
+        s = item.source  # type: ignore[attr-defined]
+        if isinstance(s, QuantValues):
+            _quantize(src, s, fd, at, tick, scales, quality)
+        elif isinstance(s, Decoded):
+            _decode(src, s, fd, at, tick)
+        else:  # pragma: no cover
+            raise TypeError(s)
+
     try:
-        for kind, item in _merged(out.tensors):
-            if kind == "copy":
-                rel, offset, nbytes = item  # type: ignore[misc]
-                copy_range(src.fd(rel), fd, offset, nbytes, tick)
-                continue
-            t: TensorOut = item  # type: ignore[assignment]
-            s = t.source
-            if isinstance(s, QuantValues):
-                _quantize(src, s, fd, tick, scales, quality)
-            elif isinstance(s, QuantScales):
-                data = scales[s.table].contiguous().numpy()
-                write_all(fd, data.data)
-                tick(data.nbytes)
-            elif isinstance(s, Decoded):
-                _decode(src, s, fd, tick)
-            else:  # pragma: no cover
-                raise TypeError(s)
+        jobs = []
+        for kind, item, at in _merged(out.tensors, len(header)):
+            if kind == "tensor" and isinstance(item.source, QuantScales):  # type: ignore[attr-defined]
+                deferred.append((item, at))
+            else:
+                jobs.append((kind, item, at))
+        # the two tables are independent: quantize (or decode) them on two cores at once
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            wait_all([pool.submit(one, *job) for job in jobs])
+        for t, at in deferred:
+            data = scales[t.source.table].contiguous().numpy()
+            write_all_at(fd, data.data, at)
+            tick(data.nbytes)
     finally:
         src.close()
     if out.quality_metadata:

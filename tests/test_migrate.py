@@ -1,0 +1,271 @@
+"""migrate end to end on real safetensors files: round trips, refusals, snapshots, locks, full and read-only disks."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import signal
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from clef_format import layouts as L
+from clef_format import tables_format as TF
+from clef_format.checkpoint import read_checkpoint
+from clef_format.cli import main
+from clef_format.migrate.apply import Lock, make_target
+from clef_format.st_header import read_header
+from fixtures.builders import build_checkpoint
+from fixtures.hub_cache import build_hub_cache
+
+from test_migrate_helpers import backbone_digests, cli, file_digests, siblings, table_bytes, verified
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:
+    """The real CLI entry point in-process (saves a torch import per call); stdout must be one JSON object."""
+    try:
+        rc = main(["migrate", *args, "--json"])
+    except SystemExit as exc:
+        rc = int(exc.code or 0)
+    out = capsys.readouterr().out
+    return rc, json.loads(out)
+
+
+def _index_total(root: Path) -> None:
+    """The index's weight_map and total_size agree with the shard headers."""
+    index = json.loads((root / L.BACKBONE_INDEX).read_text())
+    total = 0
+    for shard in sorted(set(index["weight_map"].values())):
+        h = read_header(root / shard)
+        total += sum(i.nbytes for i in h.tensors.values())
+        assert all(index["weight_map"][n] == shard for n in h.tensors)
+    assert index["metadata"]["total_size"] == total
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_round_trip_keeps_every_other_tensor_byte_identical(fresh, capsys, shards: int) -> None:
+    root = fresh("layout-1", shards=shards)
+    digests = backbone_digests(root)
+    meta = {rel: read_header(root / rel).metadata for rel in read_checkpoint(root).backbone_files}
+    originals = table_bytes(root)
+
+    rc, out = run_json(capsys, str(root))
+    assert rc == 0 and out["ok"] and out["layout"] == "layout-2", out
+    assert verified(root)[:2] == ("layout-2", True)
+    assert backbone_digests(root) == digests
+    assert {rel: read_header(root / rel).metadata for rel in read_checkpoint(root).backbone_files} == meta
+    tables_meta = read_header(root / L.TABLES).metadata
+    assert not TF.metadata_problems(tables_meta)
+    quality = json.loads(tables_meta["quality"])
+    assert set(quality) == set(L.TABLE_NAMES) and quality == out["steps"][0]["quality"]
+    for q in quality.values():
+        assert 0.005 < q["rel_error"] < 0.02 and q["mean_row_cosine"] > 0.9998 and q["min_row_cosine"] <= q["mean_row_cosine"]
+    assert json.loads((root / L.HEAD_CONFIG).read_text())[L.MARKER_KEY] == L.MARKER_VALUE
+    first_int8 = (root / L.TABLES).read_bytes()
+    if shards > 1:
+        _index_total(root)
+
+    rc, out = run_json(capsys, str(root), "--to", "layout-1")
+    assert rc == 0 and out["layout"] == "layout-1" and out["ok"], out
+    assert "DECODED FROM INT8" in out["steps"][0]["plan"]["notes"][0]
+    assert backbone_digests(root) == digests
+    assert not (root / L.TABLES).exists() and L.MARKER_KEY not in json.loads((root / L.HEAD_CONFIG).read_text())
+    decoded = table_bytes(root)
+    assert decoded.keys() == originals.keys() and all(len(decoded[k]) == len(originals[k]) for k in decoded)
+    if shards > 1:
+        _index_total(root)
+
+    rc, out = run_json(capsys, str(root))
+    assert rc == 0 and out["layout"] == "layout-2" and out["ok"]
+    assert backbone_digests(root) == digests
+    # the int8 of decoded int8 is the same int8 up to one step where BF16 rounding crossed a half
+    import torch
+    from safetensors.torch import load_file
+
+    again = load_file(str(root / L.TABLES))
+    with open(root / "first.safetensors", "wb") as fh:
+        fh.write(first_int8)
+    first = load_file(str(root / "first.safetensors"))
+    for name in L.TABLE_NAMES:
+        assert (again[name].int() - first[name].int()).abs().max() <= 1
+        assert torch.allclose(again[TF.scale_name(name)], first[TF.scale_name(name)], rtol=1e-2)
+    assert siblings(root) == []
+
+
+def test_dry_run_writes_nothing_and_shows_the_plan(fresh, capsys) -> None:
+    root = fresh("layout-1")
+    before = file_digests(root)
+    rc, out = run_json(capsys, str(root), "--dry-run")
+    assert rc == 0 and out["dry_run"] and out["layout"] == "layout-1"
+    plan = out["steps"][0]["plan"]
+    assert set(plan["written"]) == {L.TABLES, L.BACKBONE_SINGLE, L.HEAD_CONFIG}
+    assert plan["read"][L.BACKBONE_SINGLE] > 0 and plan["space_needed"] > plan["bytes_written"]
+    assert out["space_free"] > 0
+    assert file_digests(root) == before and siblings(root) == []
+    text = cli("migrate", str(root), "--dry-run")
+    assert text.returncode == 0 and "dry run: nothing was written" in text.stdout and "space" in text.stdout
+
+
+def test_already_at_target_does_nothing(fresh, capsys) -> None:
+    root = fresh("layout-2")
+    before = {p: p.stat().st_mtime_ns for p in root.rglob("*")}
+    rc, out = run_json(capsys, str(root), "--to", "layout-2")
+    assert rc == 0 and out["ok"] and out["steps"] == [] and "nothing to do" in out["message"]
+    assert {p: p.stat().st_mtime_ns for p in root.rglob("*")} == before
+
+
+def test_history_and_current(fresh, capsys) -> None:
+    rc, out = run_json(capsys, "--history")
+    assert rc == 0 and [h["revision"] for h in out["history"]] == ["0001_int8_tables", "0002_repair_marker"]
+    rc, out = run_json(capsys, str(fresh("layout-1")), "--current")
+    assert rc == 0 and out["revision"] == "base" and out["pending"] is None
+
+
+def test_repair_unmarked_writes_only_the_marker(fresh, capsys) -> None:
+    root = fresh("layout-2-unmarked")
+    before = file_digests(root)
+    rc, out = run_json(capsys, str(root))
+    assert rc == 0 and out["layout"] == "layout-2" and out["ok"], out
+    after = file_digests(root)
+    assert {k for k in after if after[k] != before.get(k)} == {L.HEAD_CONFIG}
+
+
+def test_repair_refused_when_the_tables_file_is_corrupt(fresh, capsys) -> None:
+    root = fresh("layout-2-unmarked")
+    h = read_header(root / L.TABLES)
+    info = h.tensors[L.LM_HEAD]
+    with open(root / L.TABLES, "r+b") as fh:
+        fh.seek(h.data_start + info.begin + 5)
+        fh.write(b"\x80")  # -128: never written by the format
+    before = file_digests(root)
+    rc, out = run_json(capsys, str(root))
+    assert rc == 1 and "re-download" in json.dumps(out["findings"])
+    assert [f["code"] for f in out["findings"] if f["severity"] == "error"] == ["migrate-refused"]
+    assert file_digests(root) == before and siblings(root) == []
+
+
+def test_nonfinite_table_rows_refused_with_a_finding(fresh, capsys) -> None:
+    root = fresh("layout-1")
+    ck = read_checkpoint(root)
+    h = read_header(root / ck.tensor_file[L.EMBED_TOKENS])
+    info = h.tensors[L.EMBED_TOKENS]
+    with open(root / ck.tensor_file[L.EMBED_TOKENS], "r+b") as fh:
+        fh.seek(h.data_start + info.begin + 7 * info.shape[1] * 2 + 6)
+        fh.write(struct.pack("<H", 0x7FC0))  # BF16 NaN in row 7
+    before = file_digests(root)
+    rc, out = run_json(capsys, str(root))
+    assert rc == 1
+    (finding,) = [f for f in out["findings"] if f["severity"] == "error"]
+    assert finding["code"] == "table-nonfinite" and "[7]" in finding["message"]
+    assert file_digests(root) == before and siblings(root) == []
+
+
+def test_refuses_a_checkpoint_broken_beyond_what_migrate_fixes(fresh, capsys) -> None:
+    root = fresh("layout-1")
+    (root / L.HEAD_WEIGHTS).unlink()
+    rc, out = run_json(capsys, str(root))
+    assert rc == 1 and out["findings"][0]["code"] == "migrate-refused"
+    assert "missing-file" in out["findings"][0]["message"]
+    assert verified(root)[0] == "layout-1"
+
+
+def test_hf_snapshot_is_never_written(built, tmp_path, capsys) -> None:
+    snap = build_hub_cache(tmp_path / "hub", "acme/clef-flash-NVFP4", built("layout-1"))
+    blobs = file_digests(snap.parent.parent / "blobs")
+    rc, out = run_json(capsys, str(snap))
+    assert rc == 1 and out["findings"][0]["code"] == "migrate-refused" and "--output" in out["findings"][0]["fix"]
+    dest = tmp_path / "migrated"
+    rc, out = run_json(capsys, str(snap), "--output", str(dest))
+    assert rc == 0 and out["layout"] == "layout-2" and out["ok"], out
+    assert "link" not in out["steps"][0]["carried_by"]  # a hard link into blobs/ could corrupt the cache later
+    assert not any(p.is_symlink() for p in dest.rglob("*"))
+    assert file_digests(snap.parent.parent / "blobs") == blobs
+    assert verified(snap)[0] == "layout-1" and backbone_digests(dest) == backbone_digests(snap)
+
+
+def test_out_of_place_leaves_the_source_untouched(fresh, tmp_path, capsys) -> None:
+    root = fresh("layout-1")
+    before = file_digests(root)
+    dest = tmp_path / "out"
+    rc, out = run_json(capsys, str(root), "--output", str(dest))
+    assert rc == 0 and out["layout"] == "layout-2"
+    assert file_digests(root) == before and verified(dest)[:2] == ("layout-2", True)
+    assert sum(out["steps"][0]["carried_by"].values()) >= 5
+    rc, out = run_json(capsys, str(root), "--output", str(dest))
+    assert rc == 2 and "not an empty directory" in out["error"]
+
+
+def test_second_concurrent_migrate_is_refused(fresh) -> None:
+    root = fresh("layout-1")
+    before = file_digests(root)
+    with Lock(make_target(str(root), None)):  # a real flock held by this process
+        proc = cli("migrate", str(root), "--json")
+    assert proc.returncode == 1, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["findings"][0]["code"] == "migrate-refused" and "another clef-format migrate" in out["findings"][0]["message"]
+    assert file_digests(root) == before
+
+
+def _mount_tmpfs(where: Path, size: str) -> None:
+    where.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.decode().strip()}")
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    mounts: list[Path] = []
+
+    def make(size: str) -> Path:
+        where = tmp_path / f"mnt{len(mounts)}"
+        _mount_tmpfs(where, size)
+        mounts.append(where)
+        return where
+
+    yield make
+    for m in mounts:
+        subprocess.run(["umount", "-l", str(m)], capture_output=True)
+
+
+def test_full_disk_is_refused_before_starting(built, tmpfs, capsys) -> None:
+    mnt = tmpfs("1200k")  # holds the ~830 KB checkpoint, not its migration
+    root = mnt / "ck"
+    shutil.copytree(built("layout-1"), root)
+    before = file_digests(root)
+    rc, out = run_json(capsys, str(root))
+    assert rc == 1 and "not enough free space" in out["findings"][0]["message"]
+    assert file_digests(root) == before and siblings(root) == []
+
+
+def test_write_failure_midway_rolls_back(fresh) -> None:
+    """A size-limited write (RLIMIT_FSIZE in the child) fails mid-file: clear error, original intact."""
+    root = fresh("layout-1")
+    before = file_digests(root)
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+
+    proc = cli("migrate", str(root), "--json", preexec_fn=limit)
+    assert proc.returncode == 1, proc.stderr
+    (finding,) = json.loads(proc.stdout)["findings"]
+    assert finding["code"] == "migrate-failed" and "exactly as it was" in finding["message"]
+    assert "full" in finding["message"] or "limit" in finding["message"]
+    assert file_digests(root) == before and siblings(root) == []
+
+
+def test_read_only_directory_is_refused(built, tmpfs, capsys) -> None:
+    mnt = tmpfs("4m")
+    root = mnt / "ck"
+    shutil.copytree(built("layout-1"), root)
+    before = file_digests(root)
+    if subprocess.run(["mount", "-o", "remount,ro", str(mnt)], capture_output=True).returncode != 0:
+        pytest.skip("cannot remount read-only")
+    rc, out = run_json(capsys, str(root))
+    assert rc == 1 and "read-only" in out["findings"][0]["message"] and "--output" in out["findings"][0]["fix"]
+    assert file_digests(root) == before
