@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Sequence, Union
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from .layouts import MARKER_VALUE, Layout
+from .layouts import MARKER_VALUE, TABLES, Layout
 from .marker import admits
 
 if TYPE_CHECKING:
@@ -132,6 +132,9 @@ def check_checkpoint(source: CheckpointSource, plugin_version: str) -> "Checkpoi
                                 f"set the marker to \"{MARKER_VALUE}\": {migrate_command(path, 'layout-2', snapshot)}"
                                 ) from None
     check_pair(ck.layout, marker, plugin_version, path=path, snapshot=snapshot)
+    if ck.layout is Layout.LAYOUT_2 and not ck.has(TABLES) and TABLES not in ck.bad_headers:
+        raise IncompatibleError("tables-missing", f"the marker says layout-2 but {TABLES} is missing",
+                                f"download {TABLES} from the same revision of the checkpoint")
     errors = [f for f in (*ck.findings, *check_layout(ck), *check_tables(ck)) if f.severity == "error"]
     if errors:
         first = errors[0]

@@ -31,6 +31,16 @@ NEW, OLD = "0.2.0", "0.1.3"
 EMBED, LM_HEAD = "model.embed_tokens.weight", "lm_head.weight"  # text-only HF names
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _tear_down_groups() -> Any:
+    """Leave the process without vLLM's groups, as other vLLM-tier modules may build their own."""
+    yield
+    from vllm.distributed import parallel_state as ps
+
+    ps.destroy_model_parallel()
+    ps.destroy_distributed_environment()
+
+
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
     """``checkpoints(layout, drop=(), drop_table=None)``: tiny text-only bf16 checkpoints, built once."""

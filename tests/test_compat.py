@@ -1,0 +1,137 @@
+"""compat: the layout/plugin data, the pair check, and the serving gate ``check_checkpoint``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from packaging.specifiers import SpecifierSet
+
+from clef_format import layouts as L
+from clef_format.checkpoint import read_checkpoint
+from clef_format.compat import SERVED_BY, IncompatibleError, check_checkpoint, check_pair, expects_int8_tables
+from clef_format.findings import CODES
+from clef_format.hub import PathNotFound
+from clef_format.layouts import Layout
+from clef_format.verify import verify
+
+VERSIONS = ("0.1.0", "0.1.9", "0.2.0", "0.2.5", "0.3.0", "1.0.0")
+
+
+def pair_code(layout: Layout, marker: SpecifierSet | None, version: str) -> str | None:
+    try:
+        check_pair(layout, marker, version)
+    except IncompatibleError as exc:
+        return exc.code
+    return None
+
+
+def test_data_names_every_layout() -> None:
+    assert set(SERVED_BY) == set(Layout)
+    assert SERVED_BY[Layout.LAYOUT_2_UNMARKED] is None and SERVED_BY[Layout.UNKNOWN] is None
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_pair_matrix(version: str) -> None:
+    old = version.startswith("0.1")
+    assert pair_code(Layout.LAYOUT_1, None, version) == (None if old else "plugin-incompatible")
+    assert pair_code(Layout.LAYOUT_2, SpecifierSet(">=0.2.0"), version) == ("plugin-incompatible" if old else None)
+    assert pair_code(Layout.LAYOUT_2, SpecifierSet(">=0.2.0,<0.3"), version) == (
+        None if version in ("0.2.0", "0.2.5") else "plugin-incompatible")
+    assert pair_code(Layout.LAYOUT_2_UNMARKED, None, version) == "marker-missing"
+    assert pair_code(Layout.ORIGINAL_RELEASE, None, version) == "plugin-incompatible"
+    assert pair_code(Layout.UNKNOWN, None, version) == "unknown-layout"
+    assert expects_int8_tables(version) is not old
+
+
+def test_every_refusal_has_a_known_code_and_a_fix() -> None:
+    for layout in Layout:
+        for version in (*VERSIONS, "not-a-version"):
+            try:
+                check_pair(layout, None, version)
+            except IncompatibleError as exc:
+                assert exc.code in CODES and exc.reason and exc.fix
+                assert exc.code in str(exc) and exc.fix in str(exc)
+
+
+def test_fixes_name_the_way_out() -> None:
+    with pytest.raises(IncompatibleError) as exc:
+        check_pair(Layout.LAYOUT_2, SpecifierSet(">=0.2.0"), "0.1.3", path="ck")
+    assert "pip install 'clef-vllm>=0.2.0'" in exc.value.fix and "--to layout-1" in exc.value.fix
+    with pytest.raises(IncompatibleError) as exc:
+        check_pair(Layout.LAYOUT_1, None, "0.2.0", path="ck")
+    assert exc.value.fix.endswith("clef-format migrate ck --to layout-2")
+    with pytest.raises(IncompatibleError) as exc:
+        check_pair(Layout.LAYOUT_2_UNMARKED, None, "0.2.0", path="ck", snapshot=True)
+    assert "--output DIR" in exc.value.fix  # never write into a Hugging Face snapshot
+
+
+@pytest.mark.parametrize("layout", ["layout-1", "layout-2", "layout-2-unmarked", "original-release"])
+@pytest.mark.parametrize("version", ["0.1.3", "0.2.0"])
+def test_check_checkpoint_and_verify_agree(built, layout: str, version: str) -> None:
+    """verify --plugin-version and the serving gate answer from the same check."""
+    root = built(layout, "bf16", num_layers=4)
+    try:
+        ck = check_checkpoint(root, version)
+        refused = None
+    except IncompatibleError as exc:
+        refused = exc
+    report = verify(str(root), plugin_version=version)
+    flagged = [f for f in report.findings if f.code == "plugin-incompatible"]
+    assert bool(flagged) == (refused is not None)
+    if refused is None:
+        assert ck.layout.value == layout
+    else:
+        assert refused.reason in flagged[0].message
+
+
+def test_check_checkpoint_accepts_a_read_checkpoint(built) -> None:
+    ck = read_checkpoint(built("layout-2", "bf16", num_layers=4))
+    assert check_checkpoint(ck, "0.2.0") is ck
+
+
+def test_check_checkpoint_refuses_layout2_without_tables(fresh) -> None:
+    root = fresh("layout-2", "bf16", num_layers=4)
+    os.remove(root / L.TABLES)
+    assert read_checkpoint(root).layout is Layout.LAYOUT_2  # the marker says layout 2 ...
+    with pytest.raises(IncompatibleError) as exc:
+        check_checkpoint(root, "0.2.0")  # ... but the tables are not there
+    assert exc.value.code == "tables-missing" and "tables_int8" in exc.value.fix
+
+
+def test_check_checkpoint_refuses_truncated_tables(fresh) -> None:
+    root = fresh("layout-2", "bf16", num_layers=4)
+    data = (root / L.TABLES).read_bytes()
+    (root / L.TABLES).write_bytes(data[: len(data) // 2])
+    with pytest.raises(IncompatibleError) as exc:
+        check_checkpoint(root, "0.2.0")
+    assert exc.value.code == "bad-header"
+    assert any(f.code == "bad-header" for f in exc.value.findings)
+
+
+def test_check_checkpoint_refuses_invalid_marker(fresh) -> None:
+    root = fresh("layout-2", "bf16", num_layers=4)
+    cfg = json.loads((root / L.HEAD_CONFIG).read_text())
+    cfg[L.MARKER_KEY] = "soon"
+    (root / L.HEAD_CONFIG).write_text(json.dumps(cfg))
+    with pytest.raises(IncompatibleError) as exc:
+        check_checkpoint(root, "0.2.0")
+    assert exc.value.code == "marker-invalid"
+
+
+def test_check_checkpoint_missing_path(tmp_path: Path) -> None:
+    with pytest.raises(PathNotFound):
+        check_checkpoint(tmp_path / "nope", "0.2.0")
+
+
+def test_gate_imports_no_torch(built) -> None:
+    root = built("layout-2", "bf16", num_layers=4)
+    code = ("import sys; from clef_format.compat import check_checkpoint; "
+            f"check_checkpoint({str(root)!r}, '0.2.0'); "
+            "bad = [m for m in ('torch', 'vllm', 'safetensors.torch') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
