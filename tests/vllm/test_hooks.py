@@ -47,11 +47,12 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]
     base = tmp_path_factory.mktemp("hooks")
     cache: dict[tuple[Any, ...], Path] = {}
 
-    def make(layout: str = "layout-2", drop: tuple[str, ...] = (), drop_table: str | None = None) -> Path:
-        key = (layout, drop, drop_table)
+    def make(layout: str = "layout-2", drop: tuple[str, ...] = (), drop_table: str | None = None,
+             multimodal: bool = False) -> Path:
+        key = (layout, drop, drop_table, multimodal)
         if key not in cache:
             root = base / f"{layout}-{len(cache)}"
-            build_checkpoint(root, layout=layout, build="bf16", num_layers=4, multimodal=False)
+            build_checkpoint(root, layout=layout, build="bf16", num_layers=4, multimodal=multimodal)
             if drop:
                 tensors = load_file(root / L.BACKBONE_SINGLE)
                 for name in drop:
@@ -109,6 +110,17 @@ def test_embeddings_equal_decoded_int8_tables(checkpoints: Callable[..., Path]) 
     st = load_file(root / L.BACKBONE_SINGLE)
     assert torch.equal(model.model.norm.weight, st["model.norm.weight"])
     assert torch.equal(model.model.layers[3].mlp.down_proj.weight, st["model.layers.3.mlp.down_proj.weight"])
+
+
+def test_multimodal_class_loads_with_hooks(checkpoints: Callable[..., Path]) -> None:
+    """The class the real checkpoints name (vision tower included): tables under language_model."""
+    root = checkpoints("layout-2", multimodal=True)
+    model = load_with_hooks(root)
+    assert type(model).__name__ == "Qwen3_5ForConditionalGeneration"
+    assert isinstance(model.language_model.model.embed_tokens, Int8VocabEmbedding)
+    ids = torch.tensor([0, 9, 511])
+    assert torch.equal(model.embed_input_ids(ids), decoded(root, L.EMBED_TOKENS)[ids])
+    assert torch.equal(model.language_model.lm_head.rows(ids), decoded(root, L.LM_HEAD)[ids])
 
 
 def test_lexical_rows_are_the_lm_head_rows(checkpoints: Callable[..., Path]) -> None:
