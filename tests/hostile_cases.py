@@ -98,6 +98,22 @@ def set_f32(rel: str, tensor_suffix: str, value: float, index: int = 0) -> Calla
     return build
 
 
+def set_byte(rel: str, tensor_suffix: str, dtype: str, value: int, index: int = 0) -> Callable[[Path], None]:
+    """Overwrite byte ``index`` of the first ``dtype`` tensor whose name ends with ``tensor_suffix``."""
+    def build(root: Path) -> None:
+        h = read_header(root / rel)
+        name = next(n for n, t in h.tensors.items() if n.endswith(tensor_suffix) and t.dtype == dtype)
+        with open(root / rel, "r+b") as fh:
+            fh.seek(h.data_start + h.tensors[name].begin + index)
+            fh.write(bytes([value]))
+    return build
+
+
+def _drop_layer_types(c: dict[str, Any], n: int) -> None:
+    c["text_config"].pop("layer_types", None)
+    c["text_config"]["num_hidden_layers"] = n
+
+
 def truncate(rel: str, keep: int | None = None, cut: int = 0) -> Callable[[Path], None]:
     def build(root: Path) -> None:
         p = root / rel
@@ -346,6 +362,10 @@ CASES: list[Case] = [
     Case("nan-backbone-scale", set_f32(BACKBONE, ".weight_scale", float("nan"), 5), "nonfinite-scale", deep=True),
     Case("inf-backbone-scale", set_f32(BACKBONE, ".weight_scale", float("-inf"), 0), "nonfinite-scale", deep=True),
     Case("negative-backbone-scale", set_f32(BACKBONE, ".weight_scale", -1.0, 0), "scale-range", deep=True),
+    Case("nan-nvfp4-group-scale", set_byte(BACKBONE, ".weight_scale", "F8_E4M3", 0x7F, 9), "nonfinite-scale",
+         deep=True),
+    Case("negative-nvfp4-group-scale", set_byte(BACKBONE, ".weight_scale", "F8_E4M3", 0xB8, 4), "scale-range",
+         deep=True),
     Case("zero-global-scale", set_f32(BACKBONE, ".weight_global_scale", 0.0, 0), "scale-range", deep=True),
     Case("wrong-vocab-tables", retable_vocab(500), "table-shape"),
     Case("wrong-vocab-config", edit_json(L.CONFIG, lambda c: c["text_config"].__setitem__("vocab_size", 1024)),
@@ -382,6 +402,9 @@ CASES: list[Case] = [
          "bad-config"),
     Case("config-huge-int", edit_json(L.CONFIG, lambda c: c["text_config"].__setitem__("num_hidden_layers", 10**30)),
          "bad-config"),
+    Case("config-layer-count-hang", edit_json(L.CONFIG, lambda c: _drop_layer_types(c, 2**40)), "bad-config"),
+    Case("config-vision-depth-hang", edit_json(L.CONFIG, lambda c: c["vision_config"].__setitem__("depth", 2**40)),
+         "bad-config"),
     Case("config-nan", json_file(L.CONFIG, text=b'{"architectures": ["X"], "hidden_size": NaN}'), "bad-config"),
     Case("config-text-config-list", edit_json(L.CONFIG, lambda c: c.__setitem__("text_config", [])), "bad-config"),
     Case("config-huge-file", sparse_file(L.CONFIG, 64 * _MB), "bad-config"),
@@ -399,6 +422,8 @@ CASES: list[Case] = [
          "head-unexpected"),
     Case("head-config-missing-keys", edit_json(L.HEAD_CONFIG, lambda c: c.pop("width")), "head-incomplete"),
     Case("head-config-negative", edit_json(L.HEAD_CONFIG, lambda c: c.__setitem__("layers", -4)), "head-incomplete"),
+    Case("head-config-layers-hang", edit_json(L.HEAD_CONFIG, lambda c: c.__setitem__("layers", 2**31)),
+         "head-incomplete"),
     Case("head-config-bool", edit_json(L.HEAD_CONFIG, lambda c: c.__setitem__("heads", True)), "head-incomplete"),
     Case("head-config-not-json", json_file(L.HEAD_CONFIG, text=b"hidden_size=4096"), "bad-config"),
     Case("head-config-array", json_file(L.HEAD_CONFIG, [4096, 1024]), "head-incomplete"),

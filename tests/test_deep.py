@@ -1,0 +1,170 @@
+"""verify --deep and clef-format manifest: hashing, the manifest file, references, the fast path kept light."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clef_format import hashing
+from clef_format.checkpoint import read_checkpoint
+from clef_format.cli import main
+from clef_format.deep import deep_findings
+from clef_format.hashing import HashTask, hash_file, hash_many
+from clef_format.manifest import MANIFEST_NAME
+from hostile_cases import fresh_copy, pristine
+
+
+def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:
+    capsys.readouterr()
+    rc = main([*args, "--json"])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return rc, json.loads(out)
+
+
+# ------------------------------------------------------------------ hashing
+
+@pytest.mark.parametrize("size", [0, 1, 999, 1000, 1001, 4096 + 17])
+def test_hash_file_matches_reference_implementations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     size: int) -> None:
+    import blake3
+
+    monkeypatch.setattr(hashing, "CHUNK", 1000)  # cross chunk boundaries with small files
+    data = os.urandom(size)
+    p = tmp_path / "f"
+    p.write_bytes(data)
+    assert hash_file(str(p), "sha256") == hashlib.sha256(data).hexdigest()
+    assert hash_file(str(p), "git-sha1") == hashlib.sha1(b"blob %d\0" % size + data).hexdigest()
+    assert hash_file(str(p), "blake3") == blake3.blake3(data).hexdigest()
+    assert hashing.git_blob_sha1(data) == hash_file(str(p), "git-sha1")
+
+
+def test_hash_many_concurrent_equals_sequential(tmp_path: Path) -> None:
+    import sys as _sys
+
+    switch = _sys.getswitchinterval()
+    tasks = []
+    for i, size in enumerate([10, 300_000, 0, 5_000_000, 123]):
+        p = tmp_path / f"f{i}"
+        p.write_bytes(os.urandom(size))
+        for alg in hashing.ALGORITHMS:
+            tasks.append(HashTask(f"{alg}:{i}", str(p), alg, size))
+    tasks.append(HashTask("gone", str(tmp_path / "absent"), "sha256", 10**9))
+    seen: list[int] = []
+    results = hash_many(tasks, progress=seen.append, workers=3)
+    assert results[0].key == "gone"  # largest first
+    by_key = {r.key: r for r in results}
+    assert by_key["gone"].digest is None and by_key["gone"].error
+    for t in tasks[:-1]:
+        assert by_key[t.key].digest == hash_file(t.path, t.algorithm)
+    assert sum(seen) == sum(t.size for t in tasks[:-1])
+    assert _sys.getswitchinterval() == switch
+
+
+# ------------------------------------------------------------------ manifest
+
+def test_manifest_write_and_deep_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = fresh_copy(tmp_path / "ck")
+    rc, out = _run(["manifest", str(root)], capsys)
+    assert rc == 0 and out["ok"] and out["algorithm"] == "blake3"
+    manifest = json.loads((root / MANIFEST_NAME).read_text())
+    assert manifest["clef_manifest"] == 1 and MANIFEST_NAME not in manifest["files"]
+    ck = read_checkpoint(root)
+    assert set(manifest["files"]) == set(ck.files) - {MANIFEST_NAME}
+    for rel, entry in manifest["files"].items():
+        assert entry["size"] == ck.files[rel] and entry["blake3"] == hash_file(ck.path(rel), "blake3")
+    assert not list(root.glob(".clef_manifest.*"))  # no temp file left behind
+    rc, report = _run(["verify", str(root), "--deep"], capsys)
+    codes = [f["code"] for f in report["findings"]]
+    assert rc == 0 and codes == ["deep-verified"], report["findings"]
+
+
+def test_file_added_after_the_manifest_is_manifest_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = fresh_copy(tmp_path / "ck")
+    assert _run(["manifest", str(root)], capsys)[0] == 0
+    (root / "README.md").write_text("added later\n")
+    rc, report = _run(["verify", str(root), "--deep"], capsys)
+    missing = [f for f in report["findings"] if f["code"] == "manifest-missing"]
+    assert rc == 0 and [f["file"] for f in missing] == ["README.md"]
+    assert missing[0]["severity"] == "warning" and "clef-format manifest" in missing[0]["fix"]
+
+
+def test_no_reference_at_all_is_one_warning_with_the_hint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = fresh_copy(tmp_path / "ck")
+    rc, report = _run(["verify", str(root), "--deep"], capsys)
+    (f,) = report["findings"]
+    assert rc == 0 and f["code"] == "manifest-missing" and f["severity"] == "warning"
+    assert f["fix"].startswith("clef-format manifest")
+
+
+def test_manifest_refuses_a_broken_checkpoint_unless_forced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = fresh_copy(tmp_path / "ck")
+    with open(root / "model.safetensors", "r+b") as fh:
+        fh.truncate(1000)
+    rc, out = _run(["manifest", str(root)], capsys)
+    assert rc == 1 and out["written"] is None and out["findings"][0]["code"] == "bad-header"
+    assert not (root / MANIFEST_NAME).exists()
+    assert _run(["manifest", str(root), "--force"], capsys)[0] == 0
+    assert (root / MANIFEST_NAME).exists()
+
+
+def test_manifest_missing_path_exits_2(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["manifest", str(tmp_path / "absent")])
+    assert exc.value.code == 2
+
+
+def test_deep_findings_library_call(tmp_path: Path) -> None:
+    """The library entry point verify uses: a manifest mismatch names file, expected and actual."""
+    root = fresh_copy(tmp_path / "ck")
+    assert main(["manifest", str(root)]) == 0
+    (root / "generation_config.json").write_text('{"do_sample": true}\n')
+    (root / "generation_config.json").write_bytes((root / "generation_config.json").read_bytes()[:73].ljust(73))
+    expected = json.loads((root / MANIFEST_NAME).read_text())["files"]["generation_config.json"]["blake3"]
+    findings = deep_findings(read_checkpoint(root))
+    (hit,) = [f for f in findings if f.code == "hash-mismatch"]
+    assert hit.file == "generation_config.json" and expected in hit.message
+    assert hash_file(str(root / "generation_config.json"), "blake3") in hit.message
+
+
+# ------------------------------------------------------------------ the fast path stays light
+
+def test_plain_verify_imports_nothing_heavy() -> None:
+    code = (
+        "import sys; from clef_format.cli import main\n"
+        f"rc = main(['verify', {str(pristine())!r}])\n"
+        "heavy = [m for m in ('torch', 'huggingface_hub', 'blake3', 'rich', 'safetensors', 'compressed_tensors',"
+        " 'clef_format.deep', 'clef_format.hashing') if m in sys.modules]\n"
+        "print('HEAVY', heavy)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "HEAVY []" in proc.stdout
+
+
+def test_progress_bar_on_a_terminal(tmp_path: Path) -> None:
+    """rich draws the bar on stderr when it is a terminal (forced here), and stdout stays one JSON object."""
+    root = fresh_copy(tmp_path / "ck")
+    assert main(["manifest", str(root)]) == 0
+    env = {**os.environ, "TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "COLUMNS": "120"}
+    proc = subprocess.run([sys.executable, "-m", "clef_format.cli", "verify", str(root), "--deep", "--json"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    json.loads(proc.stdout)
+    assert "hashing" in proc.stderr
+
+
+def test_deep_does_not_modify_the_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = fresh_copy(tmp_path / "ck")
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in root.rglob("*") if p.is_file()}
+    _run(["verify", str(root), "--deep"], capsys)
+    after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in root.rglob("*") if p.is_file()}
+    assert before == after
+    shutil.rmtree(root)
