@@ -10,6 +10,7 @@ from .backbone import check_backbone
 from .cache import check_cache
 from .head import check_head
 from .layout import check_layout
+from .patterns import check_patterns
 from .tables import check_tables
 
 Check = Callable[[Checkpoint], Iterable[Finding]]
@@ -20,4 +21,5 @@ CHECKS: list[Check] = [
     check_tables,
     check_head,
     check_cache,
+    check_patterns,
 ]

@@ -205,13 +205,16 @@ def _target_findings(model_cfg: ModelConfig, model: VllmModel, qc: R.QuantConfig
         if hf_names:
             expected = _expected_layers(model, set(hf_names))
             fix = _derive_fix(model, entry, expected, as_ignore=True)
+            if fix is not None and not _changes(model, vq, entry, fix):
+                continue  # e.g. "lm_head" with targets that never reach vLLM's lm_head: harmless
             out.append(Finding(
-                "ignore-unmatched", "warning" if fix is None or _changes(model, vq, entry, fix) else "info",
-                f"ignore entry '{entry}' matches Hugging Face modules ({summarize(hf_names)}) but no vLLM layer",
+                "ignore-unmatched", "warning",
+                f"ignore entry '{entry}' matches Hugging Face modules ({summarize(hf_names)}) but no vLLM layer, "
+                "so vLLM does not ignore them",
                 file=CONFIG_FILE, module=hf_names[0],
                 fix=f"use '{fix}' instead of '{entry}'" if fix else None))
         else:
-            out.append(Finding("ignore-unmatched", "warning", f"ignore entry '{entry}' matches no vLLM layer",
+            out.append(Finding("ignore-unmatched", "info", f"ignore entry '{entry}' matches no layer (HF or vLLM)",
                                file=CONFIG_FILE, fix=f"remove '{entry}' or correct it"))
     return out
 

@@ -11,7 +11,9 @@ import os
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
-if importlib.util.find_spec("vllm") is None:
+_spec = importlib.util.find_spec("vllm")
+# A namespace package (origin None) is this very directory seen from tests/, not vLLM.
+if _spec is None or _spec.origin is None:
     collect_ignore_glob = ["test_*.py"]
 
 import sys
