@@ -12,6 +12,7 @@ The rules that differ between vLLM versions live in ``VERSION_RULES`` and nowher
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Mapping
 
 from .model_spec import LinearSpec, ModelConfig, linear_modules, table_shape
@@ -43,6 +44,7 @@ VERSION_RULES: dict[tuple[int, int], VersionRules] = {
 DEFAULT_VLLM = "0.28"
 
 
+@lru_cache(maxsize=32)
 def rules_for(version: str = DEFAULT_VLLM) -> VersionRules:
     """The rule set of ``version`` ("0.28", "0.28.1", "0.33.0"): the newest entry not after it."""
     parts = version.split(".")

@@ -227,7 +227,8 @@ def _changes(model: VllmModel, vq: R.VllmQuant, entry: str, fix: str) -> bool:
         d = R.resolve_layer(layer, q, model)
         return d.scheme, d.error
 
-    return any(built(vq, l) != built(fixed, l) for l in model.layers)
+    touched = set(_vllm_ignore_hits(model, fix))  # only these layers can change
+    return any(built(vq, l) != built(fixed, l) for l in model.layers if l.name in touched)
 
 
 def _label(h: R.HfDecision | None) -> str:
