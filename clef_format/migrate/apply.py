@@ -28,6 +28,7 @@ import os
 import shutil
 import signal
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -299,6 +300,7 @@ class Result:
     quality: dict[str, dict[str, float]] = field(default_factory=dict)
     carried_by: dict[str, int] = field(default_factory=dict)
     staged_report: Report | None = None
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time per phase and per written file
 
 
 def carried_by_link(target: Target, snapshot: bool) -> bool:
@@ -334,6 +336,7 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
     """Stage, verify, swap, clean up. Raises ``OSError`` (rolled back: the original is intact) on failure."""
     progress = progress or NoProgress()
     result = Result()
+    t0 = time.perf_counter()
     fp = fingerprint(ck)
     journal = read_journal(target)
     if not (journal and journal.get("phase") == "staging" and journal.get("fingerprint") == fp
@@ -366,11 +369,13 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
                 tick_progress(n)
                 crashpoint("stage")
 
+            started = time.perf_counter()
             try:
                 quality = write_output(out, ck.root, dst, tick)
             except BaseException:
                 stop.set()
                 raise
+            result.seconds[out.rel] = round(time.perf_counter() - started, 3)
             with jlock:
                 journal["done"][out.rel] = out.size
                 journal["quality"].update(quality)
@@ -384,7 +389,10 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
             wait_all([pool.submit(produce, o) for o in big])
         fsutil.finish_tree(ck.root, target.new)
         result.quality = dict(journal["quality"])
+        t1 = time.perf_counter()
+        result.seconds["stage"] = round(t1 - t0, 3)
         result.staged_report = _verify_staged(plan, target, target.path)
+        result.seconds["verify"] = round(time.perf_counter() - t1, 3)
         st = os.stat(target.new)
         journal["new_ino"] = [st.st_dev, st.st_ino]
         journal["phase"] = "staged"
@@ -392,6 +400,10 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
     except BaseException:
         _rmtree(target.ws)  # roll back: nothing outside the workspace was touched
         raise
+    t2 = time.perf_counter()
     _swap(target, journal)
+    t3 = time.perf_counter()
     _cleanup(target)
+    result.seconds["swap"] = round(t3 - t2, 3)
+    result.seconds["cleanup"] = round(time.perf_counter() - t3, 3)
     return result

@@ -163,7 +163,6 @@ def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: Report) -> R
 
 def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: Report, display: str,
                progress: Progress | None) -> None:
-    from ..quantize import NonFiniteRows
     from ..verify import verify_checkpoint
 
     route = _route(ck, opts.to)
@@ -178,7 +177,9 @@ def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: Report, di
         step: dict[str, Any] = {"plan": plan.to_dict(by_link)}
         try:
             result = run_plan(plan, ck, target, progress)
-        except NonFiniteRows as exc:
+        except ValueError as exc:  # quantize.NonFiniteRows (not imported here: it would import torch up front)
+            if not hasattr(exc, "rows"):
+                raise
             report.findings.append(error("table-nonfinite", f"{exc}: quantizing would hide them; nothing was changed",
                                          fix="re-download the backbone; a healthy table has no NaN/Inf rows"))
             return
@@ -193,6 +194,7 @@ def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: Report, di
             return
         step["quality"] = result.quality
         step["carried_by"] = result.carried_by
+        step["seconds"] = result.seconds
         report.extra["steps"].append(step)
         target = Target(target.path, target.path, True)
         ck = read_checkpoint(target.path)

@@ -20,7 +20,7 @@ from .plan import (Decoded, FileBytes, IndexFile, JsonFile, OutFile, QuantScales
 
 Tick = Callable[[int], None]
 #: Bytes per copy_file_range call (a progress tick and a crash point each).
-COPY_CHUNK = 64 * 1024 * 1024
+COPY_CHUNK = 256 * 1024 * 1024
 FALLBACK_BUFFER = 8 * 1024 * 1024
 _NO_CFR = (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF, errno.EPERM)
 _TORCH_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
@@ -56,6 +56,7 @@ def write_all_at(fd: int, data: "memoryview | bytes", offset: int) -> None:
 def copy_range(src_fd: int, dst_fd: int, offset: int, nbytes: int, tick: Tick, dst_offset: int = 0) -> None:
     """Copy ``nbytes`` from ``offset`` of src to ``dst_offset`` of dst."""
     use_cfr = hasattr(os, "copy_file_range")
+    _advise(src_fd, offset, nbytes, "POSIX_FADV_SEQUENTIAL")  # larger kernel read-ahead for the long run
     done = 0
     buf = None
     while done < nbytes:
