@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from importlib import import_module
 from typing import Any, NoReturn, Sequence
@@ -51,6 +52,18 @@ def emit_json(payload: Any) -> None:
     print(json.dumps(payload, indent=2))
 
 
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's formatter without its ``import shutil`` (bz2, lzma...) on every start: width from os."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None) -> None:
+        if width is None:
+            try:
+                width = os.get_terminal_size(sys.__stdout__.fileno()).columns - 2  # type: ignore[union-attr]
+            except (OSError, AttributeError, ValueError):
+                width = int(os.environ.get("COLUMNS", 80)) - 2
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
 def _available() -> dict[str, tuple[str, str]]:
     from importlib.util import find_spec
 
@@ -58,15 +71,14 @@ def _available() -> dict[str, tuple[str, str]]:
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="clef-format", description=DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="clef-format", description=DESCRIPTION, formatter_class=_Formatter)
     from . import __version__
 
     parser.add_argument("--version", action="version", version=f"clef-format {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands = {only: COMMANDS[only]} if only in COMMANDS else _available()
     for name, (module, help_text) in commands.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text, formatter_class=_Formatter)
         import_module(f"clef_format.commands.{module}").add_arguments(p)
     return parser
 

@@ -20,9 +20,13 @@ def parse_marker(value: Any) -> SpecifierSet:
         raise MarkerError(f"{MARKER_KEY} must be a non-empty string, got {value!r}")
     text = value.strip()
     try:
-        return SpecifierSet(f">={Version(text)}")
+        spec = SpecifierSet(f">={Version(text)}")
     except InvalidVersion:
-        pass
+        spec = None
+    except InvalidSpecifier as exc:  # a version that cannot stand after >= (a local version "1+1")
+        raise MarkerError(f"{MARKER_KEY} = {value!r} is a version that cannot be a lower bound: {exc}") from None
+    if spec is not None:
+        return spec
     try:
         spec = SpecifierSet(text)
     except InvalidSpecifier as exc:

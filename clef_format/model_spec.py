@@ -7,6 +7,7 @@ separately from plain parameters because their stored tensors depend on the quan
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Mapping, NamedTuple
 
 from .layouts import EMBED_TOKENS, LM_HEAD
@@ -165,7 +166,13 @@ def layer_prefix(cfg: ModelConfig, i: int) -> str:
 
 def linear_modules(cfg: ModelConfig) -> list[LinearSpec]:
     """Every Linear module of the backbone (HF names, unfused), in model order."""
-    t = cfg.text
+    return list(_linear_modules(cfg.text, cfg.vision))
+
+
+@lru_cache(maxsize=16)
+def _linear_modules(t: TextConfig, vision: VisionConfig | None) -> tuple[LinearSpec, ...]:
+    """Cached by shape alone: verify's checks all walk the same tree."""
+    cfg = ModelConfig("", t, vision, None)
     h = t.hidden_size
     out: list[LinearSpec] = []
     if cfg.vision is not None:
@@ -211,7 +218,7 @@ def linear_modules(cfg: ModelConfig) -> list[LinearSpec]:
             LinearSpec(f"{p}.mlp.up_proj", t.intermediate_size, h),
             LinearSpec(f"{p}.mlp.down_proj", h, t.intermediate_size),
         ]
-    return out
+    return tuple(out)
 
 
 def plain_params(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:

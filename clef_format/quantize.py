@@ -52,22 +52,31 @@ class QualityMeter:
     _nonzero_rows: int = field(default=0, repr=False)
 
     def add(self, ref: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
+        """Account one block: the reference rows and their quantized form."""
         x = ref.float()
         y = dequantize_rows(q, scale)
-        diff = x - y
-        row_err = diff.pow(2).sum(dim=1)
-        row_ref = x.pow(2).sum(dim=1)
-        self.err_sq += float(row_err.sum(dtype=torch.float64))
-        self.ref_sq += float(row_ref.sum(dtype=torch.float64))
-        nonzero = row_ref > 0
+        norm = torch.linalg.vector_norm
+        self.add_norms(norm(x, dim=1).double(), norm(y, dim=1).double(), norm(x - y, dim=1).double())
+
+    def add_norms(self, nx: torch.Tensor, ny: torch.Tensor, nd: torch.Tensor) -> None:
+        """Account rows from three norms per row: ``|x|``, ``|y|`` (decoded) and ``|x - y|``.
+
+        ``cos = 1 - (|d|^2 - (|x| - |y|)^2) / (2 |x| |y|)`` in float64: well conditioned near 1,
+        unlike ``x.y / (|x| |y|)`` in float32. The streaming quantizer feeds the same norms.
+        """
+        self.rows += nx.shape[0]
+        dd, xx = nd * nd, nx * nx
+        self.err_sq += float(dd.sum())
+        self.ref_sq += float(xx.sum())
+        nonzero = nx > 0
         if bool(nonzero.any()):
-            cos = torch.nn.functional.cosine_similarity(x[nonzero], y[nonzero], dim=1)
-            self.cos_sum += float(cos.sum(dtype=torch.float64))
+            nx, ny, dd, xx = nx[nonzero], ny[nonzero], dd[nonzero], xx[nonzero]
+            denom = (2 * nx * ny).clamp_min(1e-300)
+            cos = (1 - (dd - (nx - ny) ** 2).clamp_min(0) / denom).clamp(-1.0, 1.0)
+            self.cos_sum += float(cos.sum())
             self.cos_min = min(self.cos_min, float(cos.min()))
-            rel = (row_err[nonzero] / row_ref[nonzero]).sqrt()
-            self.row_rel_max = max(self.row_rel_max, float(rel.max()))
+            self.row_rel_max = max(self.row_rel_max, math.sqrt(float((dd / xx).max())))
             self._nonzero_rows += int(nonzero.sum())
-        self.rows += x.shape[0]
 
     def figures(self) -> dict[str, float]:
         rel = math.sqrt(self.err_sq / self.ref_sq) if self.ref_sq > 0 else 0.0

@@ -12,9 +12,8 @@ the scheme the stored tensors imply for each module.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, NamedTuple
 
 from . import schemes, vllm_names
 from .model_spec import ConfigError, LinearSpec, ModelConfig, linear_modules, parse_config
@@ -68,8 +67,7 @@ class VllmLayerError(Exception):
         self.kind = kind
 
 
-@dataclass(frozen=True)
-class Args:
+class Args(NamedTuple):
     """The parts of compressed-tensors' ``QuantizationArgs`` that pick vLLM's scheme (validated)."""
 
     num_bits: int
@@ -79,11 +77,10 @@ class Args:
     strategy: str
     dynamic: bool | str
     scale_dtype: str | None
-    raw: Mapping[str, Any] = field(compare=False, repr=False)
+    raw: Mapping[str, Any]  # the group's arguments as written (not used to decide)
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     """One target of the config: its group and the scheme parts vLLM reads for it."""
 
     target: str  # as written in config.json
@@ -94,8 +91,7 @@ class Entry:
     format: str | None  # the group's own format (None: fall back to the top-level one)
 
 
-@dataclass(frozen=True)
-class QuantConfig:
+class QuantConfig(NamedTuple):
     """A parsed compressed-tensors ``quantization_config``, in vLLM's order and rules."""
 
     targets: dict[str, Entry]  # vLLM's target_scheme_map: later groups overwrite, order kept
@@ -104,8 +100,7 @@ class QuantConfig:
     hf_targets: dict[str, Entry]  # compressed-tensors' target_to_scheme (every group)
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(NamedTuple):
     """What vLLM builds for one layer (or the error it raises building it)."""
 
     layer: str
@@ -250,8 +245,13 @@ def _compile(pattern: str) -> re.Pattern[str]:
 # ----------------------------------------------------------------------------- matching
 
 
+@lru_cache(maxsize=65536)
 def equal_or_regex(value: str, target: str, contains: bool = False) -> bool:
-    """vLLM's ``_is_equal_or_regex_match``: ``re:`` -> ``re.match`` (start-anchored only)."""
+    """vLLM's ``_is_equal_or_regex_match``: ``re:`` -> ``re.match`` (start-anchored only).
+
+    Cached: verify asks the same (name, pattern) pairs from several angles (vLLM decisions,
+    which layers a pattern hits, fix candidates); a 9B config makes thousands of them.
+    """
     if target.startswith("re:"):
         return _compile(target[3:]).match(value) is not None
     if contains:
@@ -370,8 +370,7 @@ def classify(e: Entry, top_format: str | None, layer: str = "") -> str:
 # ----------------------------------------------------------------------------- vLLM view
 
 
-@dataclass(frozen=True)
-class VllmQuant:
+class VllmQuant(NamedTuple):
     """The config after ``apply_vllm_mapper``: targets and ignore in vLLM's names."""
 
     targets: dict[str, Entry]  # mapped target -> entry (dict-comprehension semantics)
@@ -437,8 +436,7 @@ def resolve_vllm(config: Mapping[str, Any], version: str = DEFAULT_VLLM) -> list
 # ----------------------------------------------------------------------------- HF view
 
 
-@dataclass(frozen=True)
-class HfDecision:
+class HfDecision(NamedTuple):
     """What compressed-tensors' quantizer applied to one HF module (scheme None: left alone)."""
 
     module: str
@@ -449,35 +447,52 @@ class HfDecision:
 
 
 def _ct_match(name: str, target: str, classes: tuple[str, ...]) -> bool:
-    """compressed-tensors ``is_match`` for one target: ``match_name`` or an exact class name."""
-    if target.startswith("re:"):
-        return _compile(target[3:]).match(name) is not None
-    return target == name or target in classes
+    """compressed-tensors ``is_match`` for one target: ``match_name`` (the same ``re.match`` /
+    equality vLLM uses, so it shares ``equal_or_regex``'s cache) or an exact class name."""
+    return equal_or_regex(name, target) or target in classes
 
 
 def resolve_hf_module(name: str, qc: QuantConfig, classes: tuple[str, ...] = vllm_names.HF_LINEAR_CLASSES) -> HfDecision:
     """``apply_quantization_config``: matched and not ignored; most specific target wins
     (exact names, then regexes, each sorted, then class names; ``match_targets``)."""
-    if not any(_ct_match(name, t, classes) for t in qc.hf_targets):
-        return HfDecision(name, None)
-    if any(_ct_match(name, i, classes) for i in qc.ignore):
-        return HfDecision(name, None, ignored=True)
-    ordered = sorted(qc.hf_targets, key=lambda t: ("re:" in t, t))
-    by_name = [t for t in ordered if (equal_or_regex(name, t) if t.startswith("re:") else t == name)]
-    by_class = [t for t in ordered if t in classes and t not in by_name]
-    target = (by_name + by_class)[0]
-    entry = qc.hf_targets[target]
-    try:
-        scheme = classify(entry, qc.format, name)
-    except VllmLayerError:
-        scheme = f"unsupported:{entry.group}"
-    return HfDecision(name, scheme, target, entry.group)
+    return _HfResolver(qc, classes)(name)
+
+
+class _HfResolver:
+    """``resolve_hf_module`` with the per-config work (target order, scheme of each group) done once."""
+
+    def __init__(self, qc: QuantConfig, classes: tuple[str, ...] = vllm_names.HF_LINEAR_CLASSES) -> None:
+        self.qc = qc
+        self.classes = classes
+        self.ordered = sorted(qc.hf_targets, key=lambda t: ("re:" in t, t))
+        self.schemes: dict[str, str] = {}
+
+    def _scheme(self, target: str, name: str) -> str:
+        if target not in self.schemes:
+            entry = self.qc.hf_targets[target]
+            try:
+                self.schemes[target] = classify(entry, self.qc.format, name)
+            except VllmLayerError:
+                self.schemes[target] = f"unsupported:{entry.group}"
+        return self.schemes[target]
+
+    def __call__(self, name: str) -> HfDecision:
+        qc, classes = self.qc, self.classes
+        if not any(_ct_match(name, t, classes) for t in qc.hf_targets):
+            return HfDecision(name, None)
+        if any(_ct_match(name, i, classes) for i in qc.ignore):
+            return HfDecision(name, None, ignored=True)
+        by_name = [t for t in self.ordered if equal_or_regex(name, t)]
+        by_class = [t for t in self.ordered if t in classes and t not in by_name]
+        target = (by_name + by_class)[0]
+        return HfDecision(name, self._scheme(target, name), target, qc.hf_targets[target].group)
 
 
 def resolve_hf(cfg: ModelConfig, qc: QuantConfig) -> dict[str, HfDecision]:
     """Per HF linear module (and ``lm_head``), what the quantizer saw and applied."""
     specs = [*linear_modules(cfg), vllm_names.lm_head_spec(cfg)]
-    return {s.name: resolve_hf_module(s.name, qc) for s in specs}
+    resolver = _HfResolver(qc)
+    return {s.name: resolver(s.name) for s in specs}
 
 
 # ----------------------------------------------------------------------------- stored tensors
@@ -485,12 +500,8 @@ def resolve_hf(cfg: ModelConfig, qc: QuantConfig) -> dict[str, HfDecision]:
 
 def stored_schemes(backbone: Mapping[str, TensorInfo], specs: Iterable[LinearSpec]) -> dict[str, str | None]:
     """Per HF module present in the backbone, the scheme its tensors imply (None: no scheme fits)."""
-    out: dict[str, str | None] = {}
-    for spec in specs:
-        params = {s: backbone[f"{spec.name}.{s}"] for s in schemes.ALL_SUFFIXES if f"{spec.name}.{s}" in backbone}
-        if params:
-            out[spec.name] = schemes.stored_scheme(params)
-    return out
+    params = schemes.params_by_module(backbone, (spec.name for spec in specs))
+    return {module: schemes.stored_scheme(p) for module, p in params.items() if p}
 
 
 __all__ = [

@@ -6,7 +6,7 @@ as compressed-tensors writes them and vLLM's schemes expect them (vllm-integrati
 
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple
+from typing import Iterable, Mapping, NamedTuple
 
 from .st_header import TensorInfo
 
@@ -60,6 +60,17 @@ def expected_shapes(scheme: str, out_features: int, in_features: int) -> dict[st
             "input_global_scale": {(1,)},
         }
     raise KeyError(scheme)
+
+
+def params_by_module(tensors: Mapping[str, TensorInfo], modules: Iterable[str]) -> dict[str, dict[str, TensorInfo]]:
+    """Stored parameters of each Linear module: module -> {suffix: header entry} (one pass over the tensors)."""
+    out: dict[str, dict[str, TensorInfo]] = {m: {} for m in modules}
+    for name, info in tensors.items():
+        module, _, suffix = name.rpartition(".")
+        params = out.get(module)
+        if params is not None and suffix in ALL_SUFFIXES:
+            params[suffix] = info
+    return out
 
 
 def stored_scheme(params: Mapping[str, TensorInfo]) -> str | None:

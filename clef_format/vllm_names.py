@@ -11,9 +11,8 @@ The rules that differ between vLLM versions live in ``VERSION_RULES`` and nowher
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 from .model_spec import LinearSpec, ModelConfig, linear_modules, table_shape
 
@@ -21,8 +20,7 @@ MULTIMODAL_ARCH = "Qwen3_5ForConditionalGeneration"
 TEXT_ARCH = "Qwen3_5ForCausalLM"
 
 
-@dataclass(frozen=True)
-class VersionRules:
+class VersionRules(NamedTuple):
     """What changes between vLLM versions for Clef's pattern matching."""
 
     #: A pattern matching the fused name itself ignores the whole fused layer (0.30+); before,
@@ -44,6 +42,7 @@ VERSION_RULES: dict[tuple[int, int], VersionRules] = {
 DEFAULT_VLLM = "0.28"
 
 
+@lru_cache(maxsize=32)
 @lru_cache(maxsize=32)
 def rules_for(version: str = DEFAULT_VLLM) -> VersionRules:
     """The rule set of ``version`` ("0.28", "0.28.1", "0.33.0"): the newest entry not after it."""
@@ -104,8 +103,7 @@ _CLASS_BY_SUFFIX: dict[str, str] = {
 HF_LINEAR_CLASSES: tuple[str, ...] = ("Linear", "Module")
 
 
-@dataclass(frozen=True)
-class VllmLayer:
+class VllmLayer(NamedTuple):
     """One layer vLLM offers to the quantization config, with the HF modules it is built from."""
 
     name: str  # vLLM prefix, e.g. language_model.model.layers.3.self_attn.qkv_proj
@@ -128,8 +126,7 @@ class VllmLayer:
         return self.shards[0].in_features
 
 
-@dataclass(frozen=True)
-class VllmModel:
+class VllmModel(NamedTuple):
     """vLLM's view of one config: class, layers, packed mapping and name mapper."""
 
     arch: str
@@ -154,7 +151,12 @@ def vllm_arch(cfg: ModelConfig) -> str:
 
 
 def packed_modules_mapping(cfg: ModelConfig) -> dict[str, tuple[str, ...]]:
-    return dict(_MM_PACKED if cfg.multimodal else _TEXT_PACKED)
+    return packed_for_arch(vllm_arch(cfg))
+
+
+def packed_for_arch(arch: str) -> dict[str, tuple[str, ...]]:
+    """``packed_modules_mapping`` of a vLLM class (it depends on the class alone)."""
+    return dict(_MM_PACKED if arch == MULTIMODAL_ARCH else _TEXT_PACKED)
 
 
 def mapper_prefixes(cfg: ModelConfig, version: str = DEFAULT_VLLM) -> tuple[tuple[str, str | None], ...]:

@@ -8,28 +8,16 @@ from ..checkpoint import Checkpoint
 from ..findings import Finding, error
 from ..layouts import Layout
 from ..model_spec import linear_modules, plain_params, table_shape
-from ..schemes import ALL_SUFFIXES, FLOAT_DTYPES, scheme_problems, stored_scheme
-from ..st_header import TensorInfo
+from ..schemes import FLOAT_DTYPES, params_by_module, scheme_problems, stored_scheme
 
 _REDOWNLOAD = "re-download the backbone; if it was produced locally, re-run the export"
-
-
-def linear_params(ck: Checkpoint) -> dict[str, dict[str, TensorInfo]]:
-    """Stored parameters of each expected Linear module: module -> {suffix: header entry}."""
-    assert ck.model is not None
-    out: dict[str, dict[str, TensorInfo]] = {m.name: {} for m in linear_modules(ck.model)}
-    for name, info in ck.backbone.items():
-        module, _, suffix = name.rpartition(".")
-        if module in out and suffix in ALL_SUFFIXES:
-            out[module][suffix] = info
-    return out
 
 
 def check_backbone(ck: Checkpoint) -> Iterator[Finding]:
     if ck.model is None or not ck.backbone:
         return
     accounted: set[str] = set()
-    params = linear_params(ck)
+    params = params_by_module(ck.backbone, (m.name for m in linear_modules(ck.model)))
     for spec in linear_modules(ck.model):
         stored = params[spec.name]
         accounted.update(f"{spec.name}.{s}" for s in stored)

@@ -9,8 +9,8 @@ Findings about many layers are folded into one, with the layer indices summarize
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any, Iterable
+from functools import lru_cache
+from typing import Any, Iterable, NamedTuple
 
 from .. import resolve as R
 from .. import schemes, vllm_names
@@ -21,8 +21,7 @@ from ..vllm_names import VllmLayer, VllmModel
 CONFIG_FILE = "config.json"
 
 
-@dataclass(frozen=True)
-class _Issue:
+class _Issue(NamedTuple):
     code: str
     severity: Severity
     template: str  # message with "{modules}" where the (summarized) module list goes
@@ -73,27 +72,38 @@ def _fold(issues: list[_Issue]) -> list[Finding]:
 # ----------------------------------------------------------------------------- which names a pattern hits
 
 
-def _vllm_target_hits(model: VllmModel, target: str) -> list[str]:
+def _vllm_target_hits(model: VllmModel, target: str, first_only: bool = False) -> list[str]:
     """vLLM layers a (mapped) target can match: by name, by a shard name, or by class name."""
     hits = []
     for layer in model.layers:
         names = (layer.name, *_shard_names(layer, model))
         if any(R.equal_or_regex(n, target) for n in names) or R.equal_or_regex(layer.cls, target, contains=True):
             hits.append(layer.name)
+            if first_only:
+                break
     return hits
 
 
-def _vllm_ignore_hits(model: VllmModel, entry: str) -> list[str]:
+def _vllm_ignore_hits(model: VllmModel, entry: str, first_only: bool = False) -> list[str]:
     """vLLM layers an (mapped) ignore entry can affect: exact fused name, or a shard / plain name."""
-    return [
-        layer.name for layer in model.layers
-        if entry == layer.name or any(R.equal_or_regex(n, entry) for n in _shard_names(layer, model))
-    ]
+    hits = []
+    for layer in model.layers:
+        if entry == layer.name or any(R.equal_or_regex(n, entry) for n in _shard_names(layer, model)):
+            hits.append(layer.name)
+            if first_only:
+                break
+    return hits
 
 
 def _shard_names(layer: VllmLayer, model: VllmModel) -> tuple[str, ...]:
-    expanded = R.fused_shards(layer.name, model.packed)
-    return expanded[1] if expanded is not None else (layer.name,)
+    return _expand(layer.name, model.arch)
+
+
+@lru_cache(maxsize=8192)
+def _expand(name: str, arch: str) -> tuple[str, ...]:
+    """Shard names of a layer (itself when unfused); cached: every pattern asks about every layer."""
+    expanded = R.fused_shards(name, vllm_names.packed_for_arch(arch))
+    return expanded[1] if expanded is not None else (name,)
 
 
 def _hf_hits(model_cfg: ModelConfig, pattern: str, by_class: bool) -> list[str]:
@@ -178,7 +188,7 @@ def _target_findings(model_cfg: ModelConfig, model: VllmModel, qc: R.QuantConfig
     out: list[Finding] = []
     for target in qc.targets:
         mapped = vq.mapped_from.get(target)
-        if mapped is not None and _vllm_target_hits(model, mapped):
+        if mapped is not None and _vllm_target_hits(model, mapped, first_only=True):
             continue
         hf_names = _hf_hits(model_cfg, target, by_class=True)
         if mapped is None:
@@ -199,7 +209,7 @@ def _target_findings(model_cfg: ModelConfig, model: VllmModel, qc: R.QuantConfig
                                file=CONFIG_FILE, fix=f"remove '{target}' or correct it"))
     for entry in qc.ignore:
         mapped = vq.mapped_from.get(entry)
-        if mapped is not None and _vllm_ignore_hits(model, mapped):
+        if mapped is not None and _vllm_ignore_hits(model, mapped, first_only=True):
             continue
         hf_names = _hf_hits(model_cfg, entry, by_class=False)
         if hf_names:

@@ -16,19 +16,44 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..hub import PathNotFound
-    from ..verify import verify
+    from ..checkpoint import read_checkpoint
+    from ..hub import PathNotFound, resolve
+    from ..verify import verify_checkpoint
 
     try:
-        report = verify(args.path, plugin_version=args.plugin_version, deep=args.deep)
+        ck = read_checkpoint(resolve(args.path))
+        report = verify_checkpoint(ck, args.path, plugin_version=args.plugin_version, deep=args.deep)
     except PathNotFound as exc:
         raise CouldNotRun(str(exc)) from None
     except OSError as exc:
         raise CouldNotRun(f"{args.path}: {exc.strerror or exc}") from None
+    view = _layers(ck) if getattr(args, "layers", False) else None
     if args.json:
+        if view is not None:
+            report.extra["layers"] = view.to_dict()
         print(report.to_json())
     else:
         from ..render import render_report
 
         print(render_report(report))
+        if view is not None:
+            from ..layers_view import render
+
+            print()
+            print(render(view))
     return EXIT_OK if report.ok else EXIT_FINDINGS
+
+
+def _layers(ck):  # type: ignore[no-untyped-def]
+    """The per-layer view of ``clef-format layers``, when config.json can give one."""
+    from ..layers_view import layers_view
+    from ..layouts import TABLES
+    from ..model_spec import ConfigError
+    from ..resolve import QuantConfigError
+
+    if ck.config is None:
+        return None
+    try:
+        return layers_view(ck.config, int8_tables=ck.has(TABLES))
+    except (ConfigError, QuantConfigError):
+        return None  # already reported by verify as bad-config / quant-config-invalid

@@ -9,8 +9,6 @@ its figures equal to ``QualityMeter``'s.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from ..quantize import NonFiniteRows, QualityMeter
@@ -47,25 +45,8 @@ class RowQuantizer:
         # quality from three row norms: |x|, |y| (decoded) and |y - x|
         ny = torch.linalg.vector_norm(d, dim=1).double() * scale.flatten().double()  # |q| * scale = |decoded|
         torch.addcmul(x, d, scale, value=-1, out=d)  # x - decoded: one pass, its norm is the error
-        self._account(torch.linalg.vector_norm(x, dim=1).double(), ny, torch.linalg.vector_norm(d, dim=1).double())
+        self.meter.add_norms(torch.linalg.vector_norm(x, dim=1).double(), ny, torch.linalg.vector_norm(d, dim=1).double())
         return q, scale
-
-    def _account(self, nx: torch.Tensor, ny: torch.Tensor, nd: torch.Tensor) -> None:
-        """cos = 1 - (|d|^2 - (|x| - |y|)^2) / (2 |x| |y|) with d = x - y: well conditioned near 1, unlike x.y / (|x| |y|)."""
-        m = self.meter
-        m.rows += nx.shape[0]
-        dd, xx = nd * nd, nx * nx
-        m.err_sq += float(dd.sum())
-        m.ref_sq += float(xx.sum())
-        nonzero = nx > 0
-        if bool(nonzero.any()):
-            nx, ny, dd, xx = nx[nonzero], ny[nonzero], dd[nonzero], xx[nonzero]
-            denom = (2 * nx * ny).clamp_min(1e-300)
-            cos = (1 - (dd - (nx - ny) ** 2).clamp_min(0) / denom).clamp(-1.0, 1.0)
-            m.cos_sum += float(cos.sum())
-            m.cos_min = min(m.cos_min, float(cos.min()))
-            m.row_rel_max = max(m.row_rel_max, math.sqrt(float((dd / xx).max())))
-            m._nonzero_rows += int(nonzero.sum())
 
     def figures(self) -> dict[str, float]:
         return self.meter.figures()
