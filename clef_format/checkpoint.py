@@ -26,8 +26,6 @@ MAX_JSON_BYTES = 16 * 1024 * 1024
 #: Pickle-based weight files: never loaded, always reported.
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 SKIP_DIRS = {".git", ".cache"}
-#: Most layers (text or vision) a config may claim (the real model: 32 and 27); more is hostile input.
-MAX_LAYERS = 4096
 _SNAPSHOT_RE = re.compile(r"^models--[^/]+$")
 
 
@@ -237,19 +235,6 @@ def _read_backbone(ck: Checkpoint) -> None:
             ck.tensor_file[name] = member
 
 
-def _too_many_layers(config: Any) -> str | None:
-    """Refuse a layer count no real model has before anything builds per-layer lists (a hostile config hangs)."""
-    if not isinstance(config, dict):
-        return None
-    for where, d, key in (("text_config", config.get("text_config"), "num_hidden_layers"),
-                          ("config", config, "num_hidden_layers"),
-                          ("vision_config", config.get("vision_config"), "depth")):
-        value = d.get(key) if isinstance(d, dict) else None
-        if isinstance(value, int) and not isinstance(value, bool) and value > MAX_LAYERS:
-            return f"{where}.{key} = {value} is over the {MAX_LAYERS}-layer limit; not a real model"
-    return None
-
-
 def _marker_present(head_config: Any) -> bool:
     return isinstance(head_config, dict) and L.MARKER_KEY in head_config
 
@@ -262,11 +247,7 @@ def read_checkpoint(root: str | os.PathLike[str]) -> Checkpoint:
     _read_headers(ck)
     if ck.has(L.CONFIG):
         ck.config = _read_json(ck, L.CONFIG)
-        too_deep = _too_many_layers(ck.config)
-        if too_deep:
-            ck.findings.append(error("bad-config", too_deep, file=L.CONFIG,
-                                     fix="restore config.json from the original download"))
-        elif ck.config is not None:
+        if ck.config is not None:
             try:
                 ck.model = parse_config(ck.config)
             except ConfigError as exc:

@@ -99,6 +99,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("clef-format: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `clef-format verify ... | head`: the reader left; not an error of ours
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
 
 
 if __name__ == "__main__":  # pragma: no cover - run as the package's module, so exceptions are one class

@@ -18,6 +18,8 @@ CONFIG_KEYS = ("hidden_size", "width", "routing_layers", "layers", "heads", "fee
 PROJECTIONS = ("memory", "question", "option_question", "global", "option_context", "option_lexical")
 SCALARS = ("prior_logit_scale", "joint_logit_scale", "residual_gate")
 STACKS = {"evidence_layers": "routing_layers", "layers": "layers"}
+#: Bound on the head's layer counts: checks enumerate them (the release has 2 and 4).
+MAX_LAYERS = 1024
 _STACK_RE = re.compile(r"^(evidence_layers|layers)\.(\d+)\.")
 
 
@@ -43,8 +45,9 @@ def parse_head_config(raw: Any) -> tuple[HeadConfig, list[str]]:
         raise HeadConfigError(f"joint head config lacks {', '.join(missing)}")
     for k in CONFIG_KEYS:
         v = raw[k]
-        if not isinstance(v, int) or isinstance(v, bool) or v <= 0 or v > 2**31:
-            raise HeadConfigError(f"joint head config: {k} must be a positive integer, got {v!r}")
+        limit = MAX_LAYERS if k in STACKS.values() else 2**31
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0 or v > limit:
+            raise HeadConfigError(f"joint head config: {k} must be a positive integer up to {limit}, got {v!r}")
     unknown = sorted(k for k in raw if k not in CONFIG_KEYS and k != MARKER_KEY)
     return HeadConfig(**{k: raw[k] for k in CONFIG_KEYS}), unknown
 

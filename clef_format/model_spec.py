@@ -70,15 +70,23 @@ class ModelConfig(NamedTuple):
         return self.vision is not None
 
 
-def _int(d: Mapping[str, Any], key: str, where: str, default: int | None = None) -> int:
+#: Bounds no real model comes near; they keep a hostile config from making verify enumerate
+#: billions of layers or compute with absurd sizes.
+MAX_LAYERS = 4096
+MAX_DIM = 2**31
+
+
+def _int(d: Mapping[str, Any], key: str, where: str, default: int | None = None, limit: int = MAX_DIM) -> int:
     value = d.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0 or value > 2**40:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise ConfigError(f"{where}.{key} must be a positive integer, got {value!r}")
+    if value > limit:
+        raise ConfigError(f"{where}.{key} = {value} is over the limit of {limit}; not a real model")
     return value
 
 
 def _text_config(d: Mapping[str, Any], where: str) -> TextConfig:
-    n = _int(d, "num_hidden_layers", where)
+    n = _int(d, "num_hidden_layers", where, limit=MAX_LAYERS)
     layer_types = d.get("layer_types")
     if layer_types is None:
         interval = _int(d, "full_attention_interval", where, 4)
@@ -111,7 +119,7 @@ def _text_config(d: Mapping[str, Any], where: str) -> TextConfig:
 def _vision_config(d: Mapping[str, Any]) -> VisionConfig:
     w = "vision_config"
     return VisionConfig(
-        depth=_int(d, "depth", w),
+        depth=_int(d, "depth", w, limit=MAX_LAYERS),
         hidden_size=_int(d, "hidden_size", w),
         intermediate_size=_int(d, "intermediate_size", w),
         in_channels=_int(d, "in_channels", w, 3),

@@ -140,3 +140,16 @@ def test_example_command_builds_and_verifies(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["layout"] == "layout-2"
     assert run_cli("example", str(tmp_path / "ex")).returncode == 2  # never builds over existing files
+
+
+def test_verify_layers_view_in_json(built, capsys):
+    assert main(["verify", str(built("layout-2", "hybrid")), "--json", "--layers"]) == 0
+    layers = json.loads(capsys.readouterr().out)["layers"]
+    schemes = {g for row in layers["rows"] for g in row["groups"].values()}
+    assert {"fp8-w8a8", "nvfp4-w4a4"} <= schemes  # the Hybrid split is visible per layer
+
+
+def test_output_to_a_closed_pipe_is_not_a_traceback(built):
+    proc = subprocess.run(f"{sys.executable} -m clef_format verify {built('layout-1')} | head -1", shell=True,
+                          capture_output=True, text=True)
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr

@@ -11,8 +11,6 @@ from ..joint_head import HeadConfigError, head_problems, parse_head_config
 
 _FIX = "re-download the joint head files of this revision"
 #: Most layers per stack a head config may claim (the release: 2 and 4); more is hostile input.
-MAX_HEAD_LAYERS = 1024
-
 
 def check_head(ck: Checkpoint) -> Iterator[Finding]:
     weights, config_rel = L.head_files(ck.layout)
@@ -22,10 +20,6 @@ def check_head(ck: Checkpoint) -> Iterator[Finding]:
         cfg, unknown = parse_head_config(ck.head_config)
     except HeadConfigError as exc:
         yield error("head-incomplete", str(exc), file=config_rel, fix=_FIX)
-        return
-    if max(cfg.layers, cfg.routing_layers) > MAX_HEAD_LAYERS:  # never enumerate a hostile layer count
-        yield error("head-incomplete", f"{config_rel}: {max(cfg.layers, cfg.routing_layers)} layers is over the "
-                    f"{MAX_HEAD_LAYERS}-layer limit", file=config_rel, fix=_FIX)
         return
     if unknown:
         yield error("head-unexpected",
