@@ -7,6 +7,7 @@ own ``safe_open`` rejects it. ``pristine()`` builds the valid layout-2 checkpoin
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import os
@@ -39,7 +40,9 @@ def pristine() -> Path:
     """A valid tiny layout-2 hybrid (FP8 + NVFP4) checkpoint, built once per process."""
     from fixtures.builders import build_checkpoint
 
-    root = Path(tempfile.mkdtemp(prefix="clef-pristine-")) / "ck"
+    base = tempfile.mkdtemp(prefix="clef-pristine-")
+    atexit.register(shutil.rmtree, base, ignore_errors=True)
+    root = Path(base) / "ck"
     build_checkpoint(root, "layout-2", "hybrid", num_layers=8)
     return root
 
