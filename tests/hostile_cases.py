@@ -446,3 +446,29 @@ CASES: list[Case] = [
 
 CASES_BY_NAME = {c.name: c for c in CASES}
 assert len(CASES_BY_NAME) == len(CASES), "case names must be unique"
+
+
+# ---------------------------------------------------------------- the two readers, as booleans
+
+def safe_open_accepts(path: Path) -> bool:
+    """Whether safetensors' own reader opens the file and reads every tensor's shape."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="np") as f:
+            for k in f.keys():
+                f.get_slice(k).get_shape()
+        return True
+    except Exception:  # SafetensorError, or OSError for a file too short to map
+        return False
+
+
+def ours_accepts(path: Path) -> bool:
+    """Whether clef-format's header reader accepts the file (it raises nothing but HeaderError)."""
+    from clef_format.st_header import HeaderError, read_header
+
+    try:
+        read_header(path)
+        return True
+    except HeaderError:
+        return False

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from clef_format.cli import main
 from clef_format.st_header import HeaderError, read_header
-from hostile_cases import CASES, CASES_BY_NAME, Case, fresh_copy, pristine
+from hostile_cases import CASES, CASES_BY_NAME, Case, fresh_copy, ours_accepts, pristine, safe_open_accepts
 
 #: Python heap a non-deep verify may use on any corpus case (the tiny checkpoint needs ~2 MB).
 MEMORY_BOUND = 24 * 1024 * 1024
@@ -141,25 +141,6 @@ def test_header_reader_reads_only_the_header(tmp_path: Path, monkeypatch: pytest
 
 # ------------------------------------------------------------------ parity with safe_open
 
-def _safe_open_accepts(path: Path) -> bool:
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(path), framework="pt", device="cpu") as f:
-            list(f.keys())
-        return True
-    except Exception:  # SafetensorError, or OSError for a file too short to map
-        return False
-
-
-def _ours_accepts(path: Path) -> bool:
-    try:
-        read_header(path)
-        return True
-    except HeaderError:
-        return False
-
-
 ST_CASES = [c for c in CASES if c.st_file]
 
 
@@ -167,14 +148,14 @@ ST_CASES = [c for c in CASES if c.st_file]
 def test_reader_matches_safe_open(case: Case, tmp_path: Path) -> None:
     root = _build(case, tmp_path)
     path = root / case.st_file  # type: ignore[operator]
-    assert not _ours_accepts(path)
+    assert not ours_accepts(path)
     if case.parity:
-        assert not _safe_open_accepts(path)
+        assert not safe_open_accepts(path)
 
 
 def test_pristine_files_accepted_by_both() -> None:
     for rel in ("model.safetensors", "clef_head/joint_head.safetensors", "clef_head/tables_int8.safetensors"):
-        assert _ours_accepts(pristine() / rel) and _safe_open_accepts(pristine() / rel)
+        assert ours_accepts(pristine() / rel) and safe_open_accepts(pristine() / rel)
 
 
 @st.composite
@@ -241,4 +222,4 @@ def test_reader_matches_safe_open_on_generated_corruptions(data: bytes) -> None:
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "x.safetensors"
         path.write_bytes(data)
-        assert _ours_accepts(path) == _safe_open_accepts(path), data[:200]
+        assert ours_accepts(path) == safe_open_accepts(path), data[:200]
