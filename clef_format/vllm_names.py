@@ -173,10 +173,12 @@ def lm_head_spec(cfg: ModelConfig) -> LinearSpec:
 
 
 def _class_for(name: str) -> str:
-    for suffix, cls in _CLASS_BY_SUFFIX.items():
-        if name == suffix or name.endswith("." + suffix):
-            return cls
-    raise KeyError(f"no vLLM class known for {name}")
+    """The class of a vLLM layer, by its last two name components (or its last one: ``lm_head``)."""
+    parts = name.rsplit(".", 2)
+    cls = _CLASS_BY_SUFFIX.get(".".join(parts[-2:])) or _CLASS_BY_SUFFIX.get(parts[-1])
+    if cls is None:
+        raise KeyError(f"no vLLM class known for {name}")
+    return cls
 
 
 def _group_of(vllm_name: str) -> tuple[str, int | None]:
