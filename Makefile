@@ -7,10 +7,14 @@ EXAMPLE_DIR ?= build/example
 setup:
 	bash scripts/bootstrap.sh
 
-# Build a tiny layout-2 Hybrid checkpoint in the real formats (no download) and verify it.
+# The main job on a built-in example (no download): build a tiny Hybrid checkpoint in the real
+# formats as an old layout-1 download, verify it, migrate it to layout 2, verify it again with the
+# per-layer view of what vLLM will build.
 example: setup
 	rm -rf $(EXAMPLE_DIR)
-	$(VENV)/bin/clef-format example $(EXAMPLE_DIR)
+	$(VENV)/bin/clef-format example $(EXAMPLE_DIR) --layout layout-1
+	$(VENV)/bin/clef-format migrate $(EXAMPLE_DIR) --to layout-2
+	$(VENV)/bin/clef-format verify $(EXAMPLE_DIR) --layers
 
 # All tests: the main tier, then the real-vLLM tier in its own (cached) environment.
 test: test-main test-vllm
