@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from clef_format.cli import main
+from fixtures.hub_cache import build_hub_cache
 
 CLI = [sys.executable, "-m", "clef_format"]
 
@@ -89,28 +87,9 @@ def test_plugin_version_honours_the_marker(fresh, capsys):
     assert main(["verify", str(root), "--plugin-version", "0.3.0"]) == 0
 
 
-def _as_hf_cache(src: Path, cache: Path, repo: str, commit: str) -> Path:
-    """Lay ``src`` out as huggingface_hub does: blobs named by sha256, snapshot symlinks, refs/main."""
-    repo_dir = cache / f"models--{repo.replace('/', '--')}"
-    snap = repo_dir / "snapshots" / commit
-    (repo_dir / "blobs").mkdir(parents=True)
-    (repo_dir / "refs").mkdir()
-    (repo_dir / "refs" / "main").write_text(commit)
-    for path in sorted(p for p in src.rglob("*") if p.is_file()):
-        rel = path.relative_to(src)
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        blob = repo_dir / "blobs" / digest
-        if not blob.exists():
-            shutil.copyfile(path, blob)
-        link = snap / rel
-        link.parent.mkdir(parents=True, exist_ok=True)
-        os.symlink(os.path.relpath(blob, link.parent), link)
-    return snap
-
-
 def test_repo_id_in_the_local_cache(built, tmp_path):
     cache = tmp_path / "hub"
-    snap = _as_hf_cache(built("layout-1"), cache, "someone/clef-flash-NVFP4", "a" * 40)
+    snap = build_hub_cache(cache, "someone/clef-flash-NVFP4", built("layout-1"))
     before = {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()}
     proc = run_cli("verify", "someone/clef-flash-NVFP4", "--json", env={"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"})
     payload = json.loads(proc.stdout)

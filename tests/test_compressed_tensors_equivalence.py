@@ -17,7 +17,7 @@ from clef_format import resolve as R
 from clef_format import vllm_names
 from clef_format.model_spec import parse_config
 from fixtures.configs import tiny_config
-from pattern_cases import IGNORES, TARGETS, quant_configs, with_quant
+from pattern_cases import IGNORES, TARGETS, quant_configs
 
 CFG = parse_config(tiny_config(4))
 MODEL = vllm_names.build(CFG)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import resource
 import shutil
 import signal
@@ -19,7 +18,6 @@ from clef_format.checkpoint import read_checkpoint
 from clef_format.cli import main
 from clef_format.migrate.apply import Lock, make_target
 from clef_format.st_header import read_header
-from fixtures.builders import build_checkpoint
 from fixtures.hub_cache import build_hub_cache
 
 from test_migrate_helpers import backbone_digests, cli, file_digests, siblings, table_bytes, verified

@@ -10,7 +10,6 @@ as a plugin's model subclass routes it. Checkpoints are real safetensors files f
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from typing import Any, Callable
 
