@@ -306,31 +306,45 @@ def scale_findings(ck: Checkpoint) -> Iterator[Finding]:
                                 f"overflow {source} (at {first['over']})", file=rel, tensor=name, fix=fix)
 
 
-def deep_findings(ck: Checkpoint) -> list[Finding]:
-    """Hash (concurrently) and decode scales (meanwhile); findings sorted hash-first."""
-    refs, unchecked, findings = gather_references(ck)
-    tasks: dict[tuple[str, str], HashTask] = {}
-    for ref in refs.values():
-        key = (ref.path, ref.algorithm)
-        if key not in tasks:
-            try:
-                size = os.path.getsize(ref.path)
-            except OSError:
-                size = 0
-            tasks[key] = HashTask(f"{ref.algorithm}:{ref.path}", ref.path, ref.algorithm, size)
-    total = sum(t.size for t in tasks.values())
-    with progress_bar(total, f"hashing {len(tasks)} file(s)") as advance:
-        pool = HashPool(tasks.values(), advance).start()
+class DeepRun:
+    """A deep verification in flight: hashing starts at once, so the structural checks run in its shadow."""
+
+    def __init__(self, ck: Checkpoint) -> None:
+        self.ck = ck
+        self.refs, self.unchecked, self.findings = gather_references(ck)
+        tasks: dict[tuple[str, str], HashTask] = {}
+        for ref in self.refs.values():
+            key = (ref.path, ref.algorithm)
+            if key not in tasks:
+                try:
+                    size = os.path.getsize(ref.path)
+                except OSError:
+                    size = 0
+                tasks[key] = HashTask(f"{ref.algorithm}:{ref.path}", ref.path, ref.algorithm, size)
+        self.total = sum(t.size for t in tasks.values())
+        self._bar = progress_bar(self.total, f"hashing {len(tasks)} file(s)")
+        self.pool = HashPool(tasks.values(), self._bar.__enter__()).start()
+        self.scales = self.pool.after(lambda: list(scale_findings(ck)))
+
+    def finish(self) -> list[Finding]:
+        """Wait for the hashes and the scale check; findings sorted hash-first."""
         try:
-            scale_out = list(scale_findings(ck))
+            scale_out = self.scales.result()
         finally:
-            done = {(r.key.split(":", 1)[1], r.algorithm): (r.digest, r.error) for r in pool.results()}
-    hash_problems = _hash_findings(refs, done)
-    findings.extend(hash_problems)
-    findings.extend(_unchecked_findings(ck, unchecked, len(refs)))
-    findings.extend(scale_out)
-    if refs and not hash_problems and not any(f.code in ("hash-mismatch", "missing-file") for f in findings):
-        sources = sorted({r.source for r in refs.values()})
-        findings.append(info("deep-verified", f"{len(refs)} file(s) hashed ({total / 1e9:.2f} GB), all match "
-                                              f"({'; '.join(sources)})"))
-    return findings
+            done = {(r.key.split(":", 1)[1], r.algorithm): (r.digest, r.error) for r in self.pool.results()}
+            self._bar.__exit__(None, None, None)
+        findings = list(self.findings)
+        hash_problems = _hash_findings(self.refs, done)
+        findings.extend(hash_problems)
+        findings.extend(_unchecked_findings(self.ck, self.unchecked, len(self.refs)))
+        findings.extend(scale_out)
+        if self.refs and not hash_problems and not any(f.code in ("hash-mismatch", "missing-file") for f in findings):
+            sources = sorted({r.source for r in self.refs.values()})
+            findings.append(info("deep-verified", f"{len(self.refs)} file(s) hashed ({self.total / 1e9:.2f} GB), "
+                                                  f"all match ({'; '.join(sources)})"))
+        return findings
+
+
+def deep_findings(ck: Checkpoint) -> list[Finding]:
+    """Hash (concurrently) and decode scales behind the smaller files; findings sorted hash-first."""
+    return DeepRun(ck).finish()

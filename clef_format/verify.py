@@ -37,15 +37,18 @@ def verify_checkpoint(ck: Checkpoint, display_path: str, plugin_version: str | N
                       deep: bool = False) -> Report:
     report = Report(path=display_path, layout=str(ck.layout))
     report.extend(ck.findings)
+    running = None
+    if deep:
+        from .deep import DeepRun  # hashing and scale decoding live apart from the fast path
+
+        running = DeepRun(ck)  # hashing starts now; the checks below run in its shadow
     for check in CHECKS:
         report.extend(check(ck))
     if plugin_version is not None:
         report.extend(plugin_findings(ck, plugin_version, display_path))
         report.extra["plugin_version"] = plugin_version
-    if deep:
-        from .deep import deep_findings  # hashing and scale decoding live apart from the fast path
-
-        report.extend(deep_findings(ck))
+    if running is not None:
+        report.extend(running.finish())
     report.extra.update(summary(ck))
     return report
 
