@@ -13,7 +13,10 @@ import json
 import os
 import re
 import posixpath
-from typing import Any
+
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Any
 
 from . import layouts as L
 from .findings import Finding, error, warning

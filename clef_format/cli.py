@@ -14,7 +14,10 @@ import json
 import os
 import sys
 from importlib import import_module
-from typing import Any, NoReturn, Sequence
+
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Any, NoReturn, Sequence
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Sequence, Union
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from .layouts import MARKER_VALUE, TABLES, Layout
+from .layouts import MARKER_VALUE, TABLES, Layout, migrate_command
 from .marker import admits
 
 if TYPE_CHECKING:
@@ -48,11 +48,6 @@ class IncompatibleError(RuntimeError):
         self.fix = fix
         #: every error finding behind the refusal (``check_checkpoint``); empty for ``check_pair``
         self.findings = tuple(findings)
-
-
-def migrate_command(path: str, to: str, snapshot: bool = False) -> str:
-    out = " --output DIR" if snapshot else ""
-    return f"clef-format migrate {path} --to {to}{out}"
 
 
 def check_pair(layout: Layout, marker: SpecifierSet | None, plugin_version: str, path: str = "PATH",

@@ -7,9 +7,15 @@ Add new codes at the end of ``CODES``; never rename or remove one.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Literal, NamedTuple
+from .records import Record
 
-Severity = Literal["error", "warning", "info"]
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Any, Iterable, Literal
+
+    Severity = Literal["error", "warning", "info"]
+else:
+    Severity = str
 
 #: Every finding code, with the one-line meaning shown by ``clef-format codes``.
 CODES: dict[str, str] = {
@@ -61,7 +67,7 @@ CODES: dict[str, str] = {
 }
 
 
-class _FindingFields(NamedTuple):
+class _FindingFields(Record):
     code: str
     severity: Severity
     message: str

@@ -10,7 +10,11 @@ layer-internal naming detail can never be reported as a broken head.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, NamedTuple
+from .records import Record
+
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Any, Mapping
 
 from .layouts import MARKER_KEY
 
@@ -27,7 +31,7 @@ class HeadConfigError(ValueError):
     pass
 
 
-class HeadConfig(NamedTuple):
+class HeadConfig(Record):
     hidden_size: int
     width: int
     routing_layers: int

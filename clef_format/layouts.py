@@ -6,7 +6,7 @@ One source of truth for where things live in a Clef checkpoint (DESIGN.md, "Layo
 from __future__ import annotations
 
 from enum import Enum
-from typing import NamedTuple
+from .records import Record
 
 
 class Layout(str, Enum):
@@ -43,7 +43,7 @@ LM_HEAD = "lm_head.weight"
 TABLE_NAMES = (EMBED_TOKENS, LM_HEAD)
 
 
-class LayoutFacts(NamedTuple):
+class LayoutFacts(Record):
     """What layout detection needs, read from file names and headers only."""
 
     has_backbone: bool
@@ -80,6 +80,12 @@ def required_files(layout: Layout) -> tuple[str, ...]:
     if layout in (Layout.LAYOUT_2, Layout.LAYOUT_2_UNMARKED):
         return (CONFIG, HEAD_WEIGHTS, HEAD_CONFIG, HEAD_CODE, TABLES)
     return (CONFIG,)
+
+
+def migrate_command(path: str, to: str, snapshot: bool = False) -> str:
+    """The command that moves ``path`` to layout ``to`` (a cache snapshot is never written: ``--output``)."""
+    out = " --output DIR" if snapshot else ""
+    return f"clef-format migrate {path} --to {to}{out}"
 
 
 def head_files(layout: Layout) -> tuple[str, str]:

@@ -8,7 +8,11 @@ separately from plain parameters because their stored tensors depend on the quan
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, Mapping, NamedTuple
+from .records import Record
+
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Any, Mapping
 
 from .layouts import EMBED_TOKENS, LM_HEAD
 
@@ -20,14 +24,14 @@ class ConfigError(ValueError):
     """config.json lacks a key or has a value of the wrong type."""
 
 
-class LinearSpec(NamedTuple):
+class LinearSpec(Record):
     name: str  # module path, e.g. model.language_model.layers.0.mlp.up_proj
     out_features: int
     in_features: int
     bias: bool = False
 
 
-class TextConfig(NamedTuple):
+class TextConfig(Record):
     vocab_size: int
     hidden_size: int
     intermediate_size: int
@@ -47,7 +51,7 @@ class TextConfig(NamedTuple):
         return len(self.layer_types)
 
 
-class VisionConfig(NamedTuple):
+class VisionConfig(Record):
     depth: int
     hidden_size: int
     intermediate_size: int
@@ -59,7 +63,7 @@ class VisionConfig(NamedTuple):
     num_position_embeddings: int
 
 
-class ModelConfig(NamedTuple):
+class ModelConfig(Record):
     architecture: str
     text: TextConfig
     vision: VisionConfig | None

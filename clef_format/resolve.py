@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Any, Iterable, Mapping, NamedTuple
+from .records import Record
+
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Any, Iterable, Mapping
 
 from . import schemes, vllm_names
 from .model_spec import ConfigError, LinearSpec, ModelConfig, linear_modules, parse_config
@@ -67,7 +71,7 @@ class VllmLayerError(Exception):
         self.kind = kind
 
 
-class Args(NamedTuple):
+class Args(Record):
     """The parts of compressed-tensors' ``QuantizationArgs`` that pick vLLM's scheme (validated)."""
 
     num_bits: int
@@ -80,7 +84,7 @@ class Args(NamedTuple):
     raw: Mapping[str, Any]  # the group's arguments as written (not used to decide)
 
 
-class Entry(NamedTuple):
+class Entry(Record):
     """One target of the config: its group and the scheme parts vLLM reads for it."""
 
     target: str  # as written in config.json
@@ -91,7 +95,7 @@ class Entry(NamedTuple):
     format: str | None  # the group's own format (None: fall back to the top-level one)
 
 
-class QuantConfig(NamedTuple):
+class QuantConfig(Record):
     """A parsed compressed-tensors ``quantization_config``, in vLLM's order and rules."""
 
     targets: dict[str, Entry]  # vLLM's target_scheme_map: later groups overwrite, order kept
@@ -100,7 +104,7 @@ class QuantConfig(NamedTuple):
     hf_targets: dict[str, Entry]  # compressed-tensors' target_to_scheme (every group)
 
 
-class Decision(NamedTuple):
+class Decision(Record):
     """What vLLM builds for one layer (or the error it raises building it)."""
 
     layer: str
@@ -370,7 +374,7 @@ def classify(e: Entry, top_format: str | None, layer: str = "") -> str:
 # ----------------------------------------------------------------------------- vLLM view
 
 
-class VllmQuant(NamedTuple):
+class VllmQuant(Record):
     """The config after ``apply_vllm_mapper``: targets and ignore in vLLM's names."""
 
     targets: dict[str, Entry]  # mapped target -> entry (dict-comprehension semantics)
@@ -436,7 +440,7 @@ def resolve_vllm(config: Mapping[str, Any], version: str = DEFAULT_VLLM) -> list
 # ----------------------------------------------------------------------------- HF view
 
 
-class HfDecision(NamedTuple):
+class HfDecision(Record):
     """What compressed-tensors' quantizer applied to one HF module (scheme None: left alone)."""
 
     module: str

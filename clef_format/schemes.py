@@ -6,7 +6,11 @@ as compressed-tensors writes them and vLLM's schemes expect them (vllm-integrati
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, NamedTuple
+from .records import Record
+
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Iterable, Mapping
 
 from .st_header import TensorInfo
 
@@ -18,7 +22,7 @@ FLOAT_DTYPES = ("BF16", "F16", "F32")
 NVFP4_GROUP = 16
 
 
-class ParamRule(NamedTuple):
+class ParamRule(Record):
     dtypes: tuple[str, ...]
     required: bool = True
 

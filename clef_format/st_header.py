@@ -11,7 +11,11 @@ from __future__ import annotations
 import json
 import os
 import struct
-from typing import Any, NamedTuple
+from .records import Record
+
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Any
 
 #: Header length above which the reader refuses (safetensors' ``MAX_HEADER_SIZE``).
 MAX_HEADER_SIZE = 100_000_000
@@ -36,7 +40,7 @@ class HeaderError(ValueError):
         self.reason = reason
 
 
-class TensorInfo(NamedTuple):
+class TensorInfo(Record):
     """One header entry (a NamedTuple: thousands are built per file, so construction must be cheap)."""
 
     dtype: str
@@ -56,7 +60,7 @@ class TensorInfo(NamedTuple):
         return self.end - self.begin
 
 
-class Header(NamedTuple):
+class Header(Record):
     """A validated header: tensors in file order, the string metadata, where data starts."""
 
     tensors: dict[str, TensorInfo]

@@ -17,7 +17,10 @@ This module reads no tensor data and imports no torch: verify uses it on headers
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Any, Mapping
 
 FORMAT_VERSION = "1"
 QUANT_METHOD = "int8-symmetric-absmax-per-row"

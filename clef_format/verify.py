@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Any
 
 from .checkpoint import Checkpoint, read_checkpoint
 from .checks import CHECKS
-from .compat import IncompatibleError, check_pair
 from .findings import Finding, Report, error
-from .marker import MarkerError, read_marker
 
 
 def plugin_findings(ck: Checkpoint, plugin_version: str, path: str) -> list[Finding]:
     """What ``--plugin-version`` adds: the pair check of ``compat``, as a finding."""
+    from .compat import IncompatibleError, check_pair  # packaging: only when a version is asked about
+    from .marker import MarkerError, read_marker
+
     try:
         marker = read_marker(ck.head_config) if isinstance(ck.head_config, dict) else None
     except MarkerError:

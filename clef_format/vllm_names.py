@@ -12,7 +12,11 @@ The rules that differ between vLLM versions live in ``VERSION_RULES`` and nowher
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Mapping, NamedTuple
+from .records import Record
+
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Mapping
 
 from .model_spec import LinearSpec, ModelConfig, linear_modules, table_shape
 
@@ -20,7 +24,7 @@ MULTIMODAL_ARCH = "Qwen3_5ForConditionalGeneration"
 TEXT_ARCH = "Qwen3_5ForCausalLM"
 
 
-class VersionRules(NamedTuple):
+class VersionRules(Record):
     """What changes between vLLM versions for Clef's pattern matching."""
 
     #: A pattern matching the fused name itself ignores the whole fused layer (0.30+); before,
@@ -103,7 +107,7 @@ _CLASS_BY_SUFFIX: dict[str, str] = {
 HF_LINEAR_CLASSES: tuple[str, ...] = ("Linear", "Module")
 
 
-class VllmLayer(NamedTuple):
+class VllmLayer(Record):
     """One layer vLLM offers to the quantization config, with the HF modules it is built from."""
 
     name: str  # vLLM prefix, e.g. language_model.model.layers.3.self_attn.qkv_proj
@@ -126,7 +130,7 @@ class VllmLayer(NamedTuple):
         return self.shards[0].in_features
 
 
-class VllmModel(NamedTuple):
+class VllmModel(Record):
     """vLLM's view of one config: class, layers, packed mapping and name mapper."""
 
     arch: str

@@ -24,3 +24,21 @@ def test_full_size_layout_1_is_legacy(tmp_path):
     root = build_checkpoint(tmp_path / "full1", layout="layout-1", build="nvfp4", full_size=True)
     report = verify(str(root))
     assert report.layout == "layout-1" and report.codes() == {"legacy-layout"}
+
+
+def test_structure_path_imports_nothing_heavy(tmp_path):
+    """verify of a full-size layout-2 checkpoint imports no torch, numpy, packaging, rich, dataclasses, typing."""
+    import subprocess
+    import sys
+
+    root = build_checkpoint(tmp_path / "full", layout="layout-2", build="hybrid", full_size=True)
+    code = (
+        "import sys, io, contextlib\nfrom clef_format.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    rc = main(['verify', {str(root)!r}, '--json'])\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'packaging', 'rich',"
+        " 'dataclasses', 'click', 'huggingface_hub', 'safetensors', 'compressed_tensors', 'pathlib', 'typing'))\n"
+        "print(rc, heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "0 []"

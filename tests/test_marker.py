@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from clef_format.marker import MarkerError, admits, parse_marker, with_marker, without_marker
+from clef_format.layouts import MARKER_VALUE
+from clef_format.marker import MarkerError, admits, check_marker, parse_marker, with_marker, without_marker
 
 
 @pytest.mark.parametrize("value, ok, bad", [
@@ -34,3 +35,27 @@ def test_with_and_without_marker_round_trip(cfg):
     assert marked["requires_clef_vllm"] == ">=0.2.0"
     assert without_marker(marked) == cfg
     assert "requires_clef_vllm" not in cfg  # never mutates its input
+
+
+def test_the_written_marker_is_valid_for_packaging():
+    """check_marker accepts MARKER_VALUE without parsing it: packaging must agree."""
+    from packaging.specifiers import SpecifierSet
+
+    assert parse_marker(MARKER_VALUE) == SpecifierSet(">=0.2.0")
+    check_marker(MARKER_VALUE)
+
+
+@given(st.one_of(st.text(max_size=20), st.sampled_from([">=0.2.0", "0.2.0", ">=0.2.0 ", "=>0.2.0", "1+1", ""]),
+                 st.integers(), st.none()))
+def test_check_marker_agrees_with_parse_marker(value):
+    try:
+        parse_marker(value)
+        parsed = True
+    except MarkerError:
+        parsed = False
+    try:
+        check_marker(value)
+        checked = True
+    except MarkerError:
+        checked = False
+    assert parsed == checked

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Callable, Iterable
 
 from ..checkpoint import Checkpoint
 from ..findings import Finding
@@ -13,7 +15,8 @@ from .layout import check_layout
 from .patterns import check_patterns
 from .tables import check_tables
 
-Check = Callable[[Checkpoint], Iterable[Finding]]
+if TYPE_CHECKING:
+    Check = Callable[[Checkpoint], Iterable[Finding]]
 
 CHECKS: list[Check] = [
     check_layout,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Iterator
 
 from ..checkpoint import Checkpoint
 from ..findings import Finding, error

@@ -8,7 +8,10 @@ see a half-downloaded file: it sits in ``blobs/<etag>.incomplete`` (cache) or
 from __future__ import annotations
 
 import os
-from typing import Iterator
+
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Iterator
 
 from .. import layouts as L
 from ..checkpoint import Checkpoint, hf_blobs_dir

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Iterator
 
 from .. import layouts as L
 from ..checkpoint import Checkpoint

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Iterator
 
 from .. import layouts as L
 from ..checkpoint import Checkpoint
-from ..compat import migrate_command
 from ..findings import Finding, error, warning
-from ..layouts import Layout
-from ..marker import MarkerError, read_marker
+from ..layouts import Layout, migrate_command
+from ..marker import MarkerError, check_marker
 
 
 def check_layout(ck: Checkpoint) -> Iterator[Finding]:
@@ -59,7 +60,7 @@ def check_layout(ck: Checkpoint) -> Iterator[Finding]:
                 file=L.TABLES, fix="download clef_head/tables_int8.safetensors from the same revision")
     if ck.head_config is not None and isinstance(ck.head_config, dict) and L.MARKER_KEY in ck.head_config:
         try:
-            read_marker(ck.head_config)
+            check_marker(ck.head_config[L.MARKER_KEY])
         except MarkerError as exc:
             yield error("marker-invalid", str(exc), file=L.HEAD_CONFIG,
                         fix=f"set \"{L.MARKER_KEY}\": \"{L.MARKER_VALUE}\" in {L.HEAD_CONFIG} "

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Any, Iterable, NamedTuple
+from ..records import Record
+
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Any, Iterable
 
 from .. import resolve as R
 from .. import schemes, vllm_names
@@ -21,7 +25,7 @@ from ..vllm_names import VllmLayer, VllmModel
 CONFIG_FILE = "config.json"
 
 
-class _Issue(NamedTuple):
+class _Issue(Record):
     code: str
     severity: Severity
     template: str  # message with "{modules}" where the (summarized) module list goes
