@@ -80,6 +80,12 @@ def _inside(path: str, base: str) -> bool:
     return path == base or path.startswith(base.rstrip(os.sep) + os.sep)
 
 
+def _escape_target(link: str, allowed: list[str]) -> str | None:
+    """Where a symlink resolves, if that is outside every allowed folder; ``None`` when it stays inside."""
+    target = os.path.realpath(link)
+    return None if any(_inside(target, a) for a in allowed) else target
+
+
 def _scan_files(ck: Checkpoint) -> None:
     root_real = os.path.realpath(ck.root)
     allowed = [root_real]
@@ -94,8 +100,8 @@ def _scan_files(ck: Checkpoint) -> None:
             if d in SKIP_DIRS and rel_dir == ".":
                 continue
             if os.path.islink(full):
-                target = os.path.realpath(full)
-                if not any(_inside(target, a) for a in allowed):
+                target = _escape_target(full, allowed)
+                if target is not None:
                     ck.findings.append(error(
                         "path-escape", f"directory symlink {rel} leads outside the checkpoint (to {target}); not followed",
                         file=rel, fix="replace the symlink with the directory it should contain"))
@@ -110,8 +116,8 @@ def _scan_files(ck: Checkpoint) -> None:
             full = os.path.join(dirpath, name)
             rel = os.path.normpath(os.path.join(rel_dir, name)).replace(os.sep, "/")
             if os.path.islink(full):
-                target = os.path.realpath(full)
-                if not any(_inside(target, a) for a in allowed):
+                target = _escape_target(full, allowed)
+                if target is not None:
                     ck.findings.append(error(
                         "path-escape", f"{rel} is a symlink leading outside the checkpoint (to {target}); never read",
                         file=rel, fix="replace the symlink with the real file"))
