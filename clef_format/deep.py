@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Iterator, NamedTuple
+from typing import Any, Iterable, Iterator, NamedTuple
 
 from . import layouts as L
 from . import tables_format as TF
@@ -177,7 +177,7 @@ class _Tally:
         self.first: dict[str, list[int]] = {k: [] for k in self.counts}
         self.minimum: float | None = None
 
-    def add(self, kind: str, count: int, indexes: "Iterator[int] | list[int]") -> None:
+    def add(self, kind: str, count: int, indexes: Iterable[Any]) -> None:
         if count:
             self.counts[kind] += count
             if len(self.first[kind]) >= 5:

@@ -19,7 +19,7 @@ import hashlib
 import os
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable, Iterable, NamedTuple, TypeVar
+from typing import Any, Callable, Iterable, NamedTuple, TypeVar
 
 ALGORITHMS = ("sha256", "git-sha1", "blake3")
 
@@ -166,8 +166,8 @@ class progress_bar:
     def __init__(self, total: int, description: str) -> None:
         self.total = total
         self.description = description
-        self._progress = None
-        self._task = None
+        self._progress: Any = None  # rich.progress.Progress, imported only on a terminal
+        self._task: Any = None
 
     def __enter__(self) -> Progress | None:
         if not _stderr_is_terminal():

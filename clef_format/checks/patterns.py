@@ -64,7 +64,7 @@ def _ranges(idx: list[int]) -> str:
 
 
 def _fold(issues: list[_Issue]) -> list[Finding]:
-    grouped: dict[tuple[str, str, str, str | None], list[str]] = {}
+    grouped: dict[tuple[str, Severity, str, str | None], list[str]] = {}
     for i in issues:
         grouped.setdefault((i.code, i.severity, i.template, i.fix), []).append(i.module)
     return [
