@@ -56,9 +56,13 @@ def verify_checkpoint(ck: Checkpoint, display_path: str, plugin_version: str | N
     return report
 
 
-def verify(path: str, plugin_version: str | None = None, deep: bool = False) -> Report:
-    """Verify the checkpoint at ``path`` (a directory or a cached repo id). Raises ``PathNotFound``."""
+def open_checkpoint(path: str) -> Checkpoint:
+    """Read the checkpoint at ``path`` (a directory or a cached repo id). Raises ``PathNotFound``."""
     from .hub import resolve
 
-    root = resolve(path)
-    return verify_checkpoint(read_checkpoint(root), path, plugin_version=plugin_version, deep=deep)
+    return read_checkpoint(resolve(path))
+
+
+def verify(path: str, plugin_version: str | None = None, deep: bool = False) -> Report:
+    """Verify the checkpoint at ``path`` (a directory or a cached repo id). Raises ``PathNotFound``."""
+    return verify_checkpoint(open_checkpoint(path), path, plugin_version=plugin_version, deep=deep)

@@ -219,11 +219,3 @@ def build(cfg: ModelConfig, version: str = DEFAULT_VLLM) -> VllmModel:
         group, index = _group_of(name)
         layers.append(VllmLayer(name, _class_for(name), tuple(specs), index, group))
     return VllmModel(model.arch, version, tuple(layers), packed, model.prefixes)
-
-
-def shard_vllm_names(layer: VllmLayer) -> tuple[str, ...]:
-    """The shard names vLLM derives from a fused layer name (``name.replace(fused, shard)``)."""
-    if layer.fused is None:
-        return (layer.name,)
-    fused = layer.fused
-    return tuple(layer.name.replace(fused, s.name.rsplit(".", 1)[-1]) for s in layer.shards)

@@ -16,12 +16,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..checkpoint import read_checkpoint
-    from ..hub import PathNotFound, resolve
-    from ..verify import verify_checkpoint
+    from ..hub import PathNotFound
+    from ..verify import open_checkpoint, verify_checkpoint
 
     try:
-        ck = read_checkpoint(resolve(args.path))
+        ck = open_checkpoint(args.path)
         report = verify_checkpoint(ck, args.path, plugin_version=args.plugin_version, deep=args.deep)
     except PathNotFound as exc:
         raise CouldNotRun(str(exc)) from None
