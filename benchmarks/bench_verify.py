@@ -32,13 +32,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=30)
     args = ap.parse_args()
-    from fixtures.builders import build_checkpoint
+    from clef_format.fixtures.builders import build_checkpoint
 
     exe = os.path.join(os.path.dirname(sys.executable), "clef-format")
     with tempfile.TemporaryDirectory() as tmp:
         ck = build_checkpoint(Path(tmp) / "full", layout="layout-2", build="hybrid", full_size=True)
-        imports = ("import clef_format.cli, clef_format.commands.verify_cmd, clef_format.verify, "
-                   "clef_format.hub, clef_format.render")
+        imports = ("import clef_format.cli.main, clef_format.cli.commands.verify_cmd, clef_format.verify.run, "
+                   "clef_format.read.hf_cache, clef_format.cli.render")
         cmds = {
             "python -c 'import json'": [sys.executable, "-c", "import json"],
             "clef-format verify --json": [exe, "verify", str(ck), "--json"],

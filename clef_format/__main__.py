@@ -2,6 +2,6 @@
 
 import sys
 
-from clef_format.cli import main
+from clef_format.cli.main import main
 
 sys.exit(main())

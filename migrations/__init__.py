@@ -16,7 +16,7 @@ from collections import deque
 from types import ModuleType
 from typing import Callable, NamedTuple
 
-from clef_format.checkpoint import Checkpoint
+from clef_format.read.checkpoint import Checkpoint
 from clef_format.migrate.plan import Plan
 
 STEP_MODULES = ("v0001_int8_tables", "v0002_repair_marker")

@@ -8,10 +8,11 @@ reason to ever produce the unmarked state again.
 
 from __future__ import annotations
 
-from clef_format import layouts as L
-from clef_format.checkpoint import Checkpoint
-from clef_format.marker import with_marker
-from clef_format.migrate.build import StepRefused, carry_rest, write_head_config
+from clef_format.spec import layouts as L
+from clef_format.read.checkpoint import Checkpoint
+from clef_format.spec.marker import with_marker
+from clef_format.errors import StepRefused
+from clef_format.migrate.build import carry_rest, write_head_config
 from clef_format.migrate.plan import Plan
 
 revision = "0002_repair_marker"

@@ -8,7 +8,7 @@ from typing import Callable
 
 import pytest
 
-from fixtures.builders import build_checkpoint
+from clef_format.fixtures.builders import build_checkpoint
 
 _CACHE: dict[tuple, Path] = {}
 

@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
-from clef_format import layouts as L
-from clef_format.st_header import read_header
+from clef_format.spec import layouts as L
+from clef_format.read.safetensors import read_header
 
 BACKBONE = L.BACKBONE_SINGLE
 HEAD = L.HEAD_WEIGHTS
@@ -38,7 +38,7 @@ class Case(NamedTuple):
 @functools.lru_cache(maxsize=1)
 def pristine() -> Path:
     """A valid tiny layout-2 hybrid (FP8 + NVFP4) checkpoint, built once per process."""
-    from fixtures.builders import build_checkpoint
+    from clef_format.fixtures.builders import build_checkpoint
 
     base = tempfile.mkdtemp(prefix="clef-pristine-")
     atexit.register(shutil.rmtree, base, ignore_errors=True)
@@ -248,7 +248,7 @@ def retable_vocab(vocab: int) -> Callable[[Path], None]:
 def write_manifest_then(damage: Callable[[Path], None]) -> Callable[[Path], None]:
     """Write a real manifest with the CLI, then damage the checkpoint."""
     def build(root: Path) -> None:
-        from clef_format.cli import main
+        from clef_format.cli.main import main
 
         assert main(["manifest", str(root)]) == 0
         damage(root)
@@ -465,7 +465,7 @@ def safe_open_accepts(path: Path) -> bool:
 
 def ours_accepts(path: Path) -> bool:
     """Whether clef-format's header reader accepts the file (it raises nothing but HeaderError)."""
-    from clef_format.st_header import HeaderError, read_header
+    from clef_format.read.safetensors import HeaderError, read_header
 
     try:
         read_header(path)

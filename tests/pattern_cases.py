@@ -12,8 +12,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from fixtures.configs import tiny_config
-from fixtures.quant import build_quant_config
+from clef_format.fixtures.configs import tiny_config
+from clef_format.fixtures.quant import build_quant_config
 
 BUILDS = ("nvfp4", "fp8", "hybrid", "mixed")
 

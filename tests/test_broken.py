@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from clef_format.cli import main
-from clef_format.findings import CODES
-from clef_format.verify import verify
-from fixtures.broken import BROKEN, build_broken
+from clef_format.cli.main import main
+from clef_format.spec.findings import CODES
+from clef_format.verify.run import verify
+from clef_format.fixtures.broken import BROKEN, build_broken
 
 
 @pytest.mark.parametrize("name", sorted(BROKEN))

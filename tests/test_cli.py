@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from clef_format.cli import main
-from fixtures.hub_cache import build_hub_cache
+from clef_format.cli.main import main
+from clef_format.fixtures.hub_cache import build_hub_cache
 
 CLI = [sys.executable, "-m", "clef_format"]
 
@@ -108,7 +108,7 @@ def test_repo_id_not_in_cache_exits_2(tmp_path):
 
 
 def test_codes_lists_every_code(capsys):
-    from clef_format.findings import CODES
+    from clef_format.spec.findings import CODES
 
     assert main(["codes", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["codes"] == CODES

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from clef_format import hashing
-from clef_format.checkpoint import read_checkpoint
-from clef_format.cli import main
-from clef_format.deep import deep_findings
-from clef_format.hashing import HashTask, hash_file, hash_many
-from clef_format.manifest import MANIFEST_NAME
+from clef_format.read import hashing
+from clef_format.read.checkpoint import read_checkpoint
+from clef_format.cli.main import main
+from clef_format.verify.deep import deep_findings
+from clef_format.read.hashing import HashTask, hash_file, hash_many
+from clef_format.read.manifest import MANIFEST_NAME
 from hostile_cases import fresh_copy, pristine
 
 
@@ -141,7 +141,7 @@ def test_plain_verify_imports_nothing_heavy() -> None:
         "import sys; from clef_format.cli import main\n"
         f"rc = main(['verify', {str(pristine())!r}])\n"
         "heavy = [m for m in ('torch', 'huggingface_hub', 'blake3', 'rich', 'safetensors', 'compressed_tensors',"
-        " 'clef_format.deep', 'clef_format.hashing') if m in sys.modules]\n"
+        " 'clef_format.verify.deep', 'clef_format.read.hashing') if m in sys.modules]\n"
         "print('HEAVY', heavy)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

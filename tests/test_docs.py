@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clef_format.cli import COMMANDS
-from clef_format.findings import CODES
+from clef_format.cli.main import COMMANDS
+from clef_format.spec.findings import CODES
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 

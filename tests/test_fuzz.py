@@ -17,13 +17,13 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clef_format import layouts as L
-from clef_format.checkpoint import read_checkpoint
-from clef_format.checks import CHECKS
-from clef_format.joint_head import HeadConfigError, parse_head_config
-from clef_format.marker import MarkerError, parse_marker
-from clef_format.model_spec import ConfigError, linear_modules, parse_config, plain_params
-from clef_format.st_header import DTYPE_BITS, HeaderError, parse_header, read_header
+from clef_format.spec import layouts as L
+from clef_format.read.checkpoint import read_checkpoint
+from clef_format.verify.checks import CHECKS
+from clef_format.spec.joint_head import HeadConfigError, parse_head_config
+from clef_format.spec.marker import MarkerError, parse_marker
+from clef_format.spec.model_spec import ConfigError, linear_modules, parse_config, plain_params
+from clef_format.read.safetensors import DTYPE_BITS, HeaderError, parse_header, read_header
 from hostile_cases import pristine
 
 FUZZ = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -161,7 +161,7 @@ def test_read_checkpoint_and_checks_never_raise(rel: str, content: Any, deep_man
         for check in CHECKS:
             list(check(ck))
         if rel == "clef_manifest.json" and deep_manifest:
-            from clef_format.manifest import read_manifest
+            from clef_format.read.manifest import read_manifest
 
             read_manifest(ck)
 

@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clef_format.cli import main
-from clef_format.st_header import HeaderError, read_header
+from clef_format.cli.main import main
+from clef_format.read.safetensors import HeaderError, read_header
 from hostile_cases import CASES, CASES_BY_NAME, Case, fresh_copy, ours_accepts, pristine, safe_open_accepts
 
 #: Python heap a non-deep verify may use on any corpus case (the tiny checkpoint needs ~2 MB).
@@ -131,7 +131,7 @@ def test_header_reader_reads_only_the_header(tmp_path: Path, monkeypatch: pytest
             return Counting(io.FileIO(file, "rb"))
         return real_open(file, mode, *args, **kwargs)
 
-    import clef_format.st_header as sh
+    import clef_format.read.safetensors as sh
 
     monkeypatch.setattr(sh, "open", counting_open, raising=False)
     header = read_header(path)

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from clef_format.cli import main
-from clef_format.hashing import hash_file
-from clef_format.hub import PathNotFound, resolve
-from fixtures.hub_cache import blob_of, build_hub_cache, build_local_dir, fake_commit, repo_folder
+from clef_format.cli.main import main
+from clef_format.read.hashing import hash_file
+from clef_format.read.hf_cache import PathNotFound, locate_checkpoint
+from clef_format.fixtures.hub_cache import blob_of, build_hub_cache, build_local_dir, fake_commit, repo_folder
 from hostile_cases import pristine
 
 REPO = "clef-test/clef-flash-NVFP4"
@@ -67,12 +67,12 @@ def test_fixture_cache_is_real_format(cache: Path) -> None:
     (rev,) = repo.revisions
     assert rev.commit_hash == fake_commit(f"{REPO}@main") and "main" in rev.refs
     found = try_to_load_from_cache(REPO, "config.json", cache_dir=str(cache))
-    assert isinstance(found, str) and os.path.dirname(found) == resolve(REPO)
+    assert isinstance(found, str) and os.path.dirname(found) == locate_checkpoint(REPO)
 
 
 def test_blob_names_are_the_hub_etags(cache: Path) -> None:
     """sha256 for LFS files, git's blob id for small ones (cross-checked with real git when present)."""
-    snap = Path(resolve(REPO))
+    snap = Path(locate_checkpoint(REPO))
     big = blob_of(snap, "model.safetensors")
     assert big.name == hashlib.sha256(big.read_bytes()).hexdigest()
     small = blob_of(snap, "config.json")
@@ -94,7 +94,7 @@ def test_verify_repo_id(cache: Path, capsys: pytest.CaptureFixture[str]) -> None
 @pytest.mark.parametrize("rev", ["nope", "../../../etc", "main/../main", "/abs", "0" * 40])
 def test_unknown_or_path_like_revision_is_not_found(cache: Path, rev: str) -> None:
     with pytest.raises(PathNotFound):
-        resolve(f"{REPO}@{rev}")
+        locate_checkpoint(f"{REPO}@{rev}")
 
 
 def test_unknown_repo_exits_2(cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -146,7 +146,7 @@ def test_stale_incomplete_blob_beside_a_complete_snapshot_is_a_warning(cache: Pa
 
 
 def test_dangling_snapshot_link_is_missing_file(cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    blob_of(Path(resolve(REPO)), "tokenizer.json").unlink()  # a blob deleted by hand from the store
+    blob_of(Path(locate_checkpoint(REPO)), "tokenizer.json").unlink()  # a blob deleted by hand from the store
     rc, report = _verify([REPO], capsys)
     assert any(f["code"] == "missing-file" and f.get("file") == "tokenizer.json" for f in report["findings"])
 
@@ -161,7 +161,7 @@ def test_deep_checks_every_blob_against_its_name(cache: Path, capsys: pytest.Cap
                                            ("clef_head/tables_int8.safetensors", "sha256")])
 def test_deep_reports_blob_whose_content_does_not_match_its_name(cache: Path, capsys: pytest.CaptureFixture[str],
                                                                  rel: str, algorithm: str) -> None:
-    blob = blob_of(Path(resolve(REPO)), rel)
+    blob = blob_of(Path(locate_checkpoint(REPO)), rel)
     data = bytearray(blob.read_bytes())
     data[len(data) // 2] ^= 0x01  # one bit rotted in the blob store; the name still claims the old content
     blob.write_bytes(bytes(data))

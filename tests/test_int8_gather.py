@@ -17,14 +17,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clef_format.int8_gather import (
-    KernelConfig,
-    default_config,
-    gather_rows,
-    gather_rows_shard,
-    resolve_backend,
-)
-from clef_format.quantize import dequantize_rows, quantize_rows
+from clef_format.vllm.int8_gather import KernelConfig, default_config, gather_rows, gather_rows_shard, resolve_backend
+from clef_format.quant.int8 import dequantize_rows, quantize_rows
 
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -280,7 +274,7 @@ CONFIGS = [None, KernelConfig(1, 256, 2), KernelConfig(4, 1024, 4), KernelConfig
 @pytest.mark.skipif(not _triton_importable(), reason="needs triton")
 def test_triton_matches_torch_exactly() -> None:
     """The fused kernel must give the torch path's bits: every shape, dtype, id layout and shard."""
-    from clef_format.int8_gather import _gather_triton
+    from clef_format.vllm.int8_gather import _gather_triton
 
     dev = "cuda"
     assert resolve_backend("auto", torch.device(dev)) == "triton"
@@ -336,7 +330,7 @@ def test_triton_kernel_under_interpreter() -> None:
         """
         import torch
         from tests.test_int8_gather import make_table, reference, assert_bits_equal, shard_bounds, CONFIGS
-        from clef_format.int8_gather import gather_rows, gather_rows_shard, _gather_triton
+        from clef_format.vllm.int8_gather import gather_rows, gather_rows_shard, _gather_triton
         gen = torch.Generator().manual_seed(0)
         for vocab, hidden in [(1, 1), (37, 100), (200, 64)]:
             q, scale = make_table(vocab, hidden, seed=vocab)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from clef_format.checkpoint import read_checkpoint
-from clef_format.layouts import Layout, LayoutFacts, detect_layout
-from clef_format.verify import verify
+from clef_format.read.checkpoint import read_checkpoint
+from clef_format.spec.layouts import Layout, LayoutFacts, detect_layout
+from clef_format.verify.run import verify
 
 BUILDS = ["nvfp4", "fp8", "hybrid", "mixed"]
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from clef_format.layouts import MARKER_VALUE
-from clef_format.marker import MarkerError, admits, check_marker, parse_marker, with_marker, without_marker
+from clef_format.spec.layouts import MARKER_VALUE
+from clef_format.spec.marker import MarkerError, admits, check_marker, parse_marker, with_marker, without_marker
 
 
 @pytest.mark.parametrize("value, ok, bad", [

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from clef_format.cli import main
+from clef_format.cli.main import main
 
 from test_migrate_helpers import backbone_digests, cli, siblings, table_bytes, verified
 

@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from clef_format import layouts as L
-from clef_format.checkpoint import read_checkpoint
-from clef_format.st_header import read_header
-from clef_format.verify import verify_checkpoint
+from clef_format.spec import layouts as L
+from clef_format.read.checkpoint import read_checkpoint
+from clef_format.read.safetensors import read_header
+from clef_format.verify.run import verify_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = set(L.TABLE_NAMES)

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from clef_format.quantize import NonFiniteRows, QualityMeter, dequantize_rows, quantize_rows
-from clef_format.migrate.stream_quant import RowQuantizer
-from clef_format.tables_format import QMAX
+from clef_format.quant.int8 import NonFiniteRows, QualityMeter, dequantize_rows, quantize_rows
+from clef_format.quant.stream import RowQuantizer
+from clef_format.spec.tables_format import QMAX
 
 finite = st.floats(min_value=-1e4, max_value=1e4, allow_nan=False, allow_infinity=False, width=32)
 tables = st.tuples(st.integers(1, 24), st.integers(1, 48)).flatmap(

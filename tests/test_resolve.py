@@ -12,10 +12,11 @@ import sys
 import pytest
 from hypothesis import given, settings
 
-from clef_format import resolve as R
-from clef_format import schemes, vllm_names
-from clef_format.model_spec import parse_config
-from fixtures.configs import tiny_config
+from clef_format.vllm_rules import matching as R
+from clef_format.spec import schemes
+from clef_format.vllm_rules import names as vllm_names
+from clef_format.spec.model_spec import parse_config
+from clef_format.fixtures.configs import tiny_config
 from pattern_cases import fixture_configs, quant_dict, quantized_configs, with_quant
 
 MM = tiny_config(4)
@@ -126,7 +127,7 @@ def test_generated_configs_resolve_totally(config: dict) -> None:
 
 
 def test_resolve_imports_no_heavy_library() -> None:
-    code = ("import sys, clef_format.resolve, clef_format.checks.patterns, clef_format.layers_view; "
+    code = ("import sys, clef_format.vllm_rules.matching, clef_format.verify.checks.patterns, clef_format.verify.layers; "
             "print([m for m in ('torch', 'compressed_tensors', 'vllm', 'transformers') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"

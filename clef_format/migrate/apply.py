@@ -33,11 +33,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from ..checkpoint import Checkpoint, hf_blobs_dir, read_checkpoint
-from ..findings import Report
-from . import fsutil
-from .plan import Plan, Safetensors
-from .writer import wait_all, write_output
+from clef_format.errors import Refused
+from clef_format.read.checkpoint import Checkpoint, read_checkpoint
+from clef_format.read.hf_cache import blobs_dir
+from clef_format.spec.findings import Report
+from clef_format.migrate import fsutil
+from clef_format.migrate.plan import Plan, Safetensors
+from clef_format.migrate.writer import wait_all, write_output
 
 CRASH_ENV = "CLEF_FORMAT_CRASH_AT"
 JOURNAL_VERSION = 1
@@ -58,14 +60,6 @@ def crashpoint(phase: str) -> None:
         hit = _crash_counts[phase] == int(n or 1)
     if hit:
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-class Refused(Exception):
-    """The run must not start (or go on); nothing was changed. ``code`` is a finding code."""
-
-    def __init__(self, code: str, message: str, fix: str | None = None) -> None:
-        super().__init__(message)
-        self.code, self.message, self.fix = code, message, fix
 
 
 class Progress(Protocol):
@@ -320,7 +314,7 @@ def check_space(plan: Plan, target: Target, snapshot: bool) -> None:
 
 
 def _verify_staged(plan: Plan, target: Target, display: str) -> Report:
-    from ..verify import verify_checkpoint
+    from clef_format.verify.run import verify_checkpoint
 
     crashpoint("verify")
     report = verify_checkpoint(read_checkpoint(target.new), display)
@@ -348,7 +342,7 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
     os.makedirs(target.new, exist_ok=True)
     try:
         write_journal(target, journal)
-        allowed = [os.path.realpath(ck.root)] + ([os.path.realpath(hf_blobs_dir(ck.root))] if ck.hf_snapshot else [])
+        allowed = [os.path.realpath(ck.root)] + ([os.path.realpath(blobs_dir(ck.root))] if ck.hf_snapshot else [])
         skip = {o.rel for o in plan.outputs} | set(plan.removed)
         how = fsutil.replicate(ck.root, target.new, skip, target.in_place, allowed, ck.hf_snapshot)
         for way in how.values():

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .. import layouts as L
-from ..checkpoint import Checkpoint
-from ..st_header import TensorInfo
-from .plan import FileBytes, IndexFile, JsonFile, Plan, Safetensors, TensorOut, aligned_insert_index
+from clef_format.spec import layouts as L
+from clef_format.read.checkpoint import Checkpoint
+from clef_format.read.safetensors import TensorInfo
+from clef_format.errors import StepRefused
+from clef_format.migrate.plan import FileBytes, IndexFile, JsonFile, Plan, Safetensors, TensorOut, aligned_insert_index
 
-
-class StepRefused(Exception):
-    """The step cannot run on this checkpoint; the message says why and what to do instead."""
 
 
 def source_tensors(ck: Checkpoint, rel: str) -> list[TensorOut]:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .. import layouts as L
-from ..checkpoint import Checkpoint
+from clef_format.spec import layouts as L
+from clef_format.read.checkpoint import Checkpoint
 
 CHUNK = 16 * 1024 * 1024
 

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Union
 
-from ..st_header import DTYPE_BITS
+from clef_format.read.safetensors import DTYPE_BITS
 
 #: Header bytes reserved for metadata filled in after the data is written (the quality report).
 METADATA_RESERVE = 4096

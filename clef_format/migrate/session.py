@@ -12,13 +12,11 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from ..checkpoint import Checkpoint, read_checkpoint
-from ..cli import CouldNotRun
-from ..findings import Finding, Report, error, info
-from .apply import Lock, Progress, Refused, Target, carried_by_link, check_space, make_target, read_journal, recover, \
-    run_plan
-from .build import StepRefused
-from .plan import Plan
+from clef_format.read.checkpoint import Checkpoint, read_checkpoint
+from clef_format.errors import CouldNotRun, NonFiniteRows, Refused
+from clef_format.spec.findings import Finding, Report, error, info
+from clef_format.migrate.apply import Lock, Progress, Target, carried_by_link, check_space, make_target, read_journal, recover, run_plan
+from clef_format.migrate.plan import Plan
 
 
 @dataclass
@@ -32,7 +30,7 @@ class Options:
 
 def _blocking(ck: Checkpoint, plan: Plan, display: str) -> list[Finding]:
     """Verify errors the step cannot fix: reasons to refuse."""
-    from ..verify import verify_checkpoint
+    from clef_format.verify.run import verify_checkpoint
 
     report = verify_checkpoint(ck, display)
     return [f for f in report.findings if f.severity == "error" and f.code not in plan.fixes]
@@ -41,7 +39,7 @@ def _blocking(ck: Checkpoint, plan: Plan, display: str) -> list[Finding]:
 def _deep_refusal(ck: Checkpoint, edge: Any) -> Refused | None:
     if not getattr(edge.step, "DEEP_CHECK", False):
         return None
-    from .inspect import int8_out_of_range
+    from clef_format.migrate.inspect import int8_out_of_range
 
     bad = int8_out_of_range(ck)
     if bad:
@@ -72,7 +70,7 @@ def _writable(target: Target) -> None:
 
 def migrate(root: str, display: str, opts: Options, progress: Progress | None = None) -> Report:
     """Run (or plan) the migration of the checkpoint at ``root`` to ``opts.to``."""
-    import migrations
+    from clef_format import migrations
 
     ck = read_checkpoint(root)
     target = make_target(root, opts.output)
@@ -107,13 +105,11 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
             _run_steps(ck, target, opts, report, display, progress)
     except Refused as exc:
         report.findings.append(error(exc.code, exc.message, fix=exc.fix))
-    except StepRefused as exc:
-        report.findings.append(error("migrate-refused", str(exc)))
     return report
 
 
 def _route(ck: Checkpoint, to: str) -> list[Any]:
-    import migrations
+    from clef_format import migrations
 
     route = migrations.path(str(ck.layout), to)
     if route is None:
@@ -163,7 +159,7 @@ def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: Report) -> R
 
 def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: Report, display: str,
                progress: Progress | None) -> None:
-    from ..verify import verify_checkpoint
+    from clef_format.verify.run import verify_checkpoint
 
     route = _route(ck, opts.to)
     if not route:
@@ -177,9 +173,7 @@ def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: Report, di
         step: dict[str, Any] = {"plan": plan.to_dict(by_link)}
         try:
             result = run_plan(plan, ck, target, progress)
-        except ValueError as exc:  # quantize.NonFiniteRows (not imported here: it would import torch up front)
-            if not hasattr(exc, "rows"):
-                raise
+        except NonFiniteRows as exc:
             report.findings.append(error("table-nonfinite", f"{exc}: quantizing would hide them; nothing was changed",
                                          fix="re-download the backbone; a healthy table has no NaN/Inf rows"))
             return

@@ -15,8 +15,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator
 
-from .plan import (Decoded, FileBytes, IndexFile, JsonFile, OutFile, QuantScales, QuantValues, Safetensors,
-                   TensorOut, header_bytes)
+from clef_format.migrate.plan import Decoded, FileBytes, IndexFile, JsonFile, OutFile, QuantScales, QuantValues, Safetensors, TensorOut, header_bytes
 
 Tick = Callable[[int], None]
 #: Bytes per copy_file_range call (a progress tick and a crash point each).
@@ -123,7 +122,7 @@ class _Sources:
 def _quantize(src: _Sources, s: QuantValues, dst_fd: int, at: int, tick: Tick, scales: dict, quality: dict) -> None:
     import torch
 
-    from .stream_quant import BLOCK_ROWS, RowQuantizer
+    from clef_format.quant.stream import BLOCK_ROWS, RowQuantizer
 
     torch.set_num_threads(1)  # one table per worker thread; OpenMP threads only contend on small machines
     dtype = getattr(torch, _TORCH_DTYPES[s.dtype])
@@ -162,8 +161,8 @@ def _advise(fd: int, offset: int, length: int, advice: str) -> None:
 def _decode(src: _Sources, s: Decoded, dst_fd: int, at: int, tick: Tick) -> None:
     import torch
 
-    from ..quantize import dequantize_rows
-    from .stream_quant import BLOCK_ROWS
+    from clef_format.quant.int8 import dequantize_rows
+    from clef_format.quant.stream import BLOCK_ROWS
 
     fd = src.fd(s.rel)
     raw = os.pread(fd, s.rows * 4, s.scales_offset)

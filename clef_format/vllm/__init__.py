@@ -11,6 +11,9 @@ import importlib
 from typing import Any
 
 _EXPORTS: dict[str, str] = {
+    # gate.py: the serving gate at start-up (no torch)
+    "check_checkpoint": "gate",
+    "CheckpointSource": "gate",
     # head.py: the joint head config for a plugin version (no torch)
     "head_config": "head",
     # weights.py: the checked backbone iterator (torch only while iterating)
@@ -28,16 +31,19 @@ _EXPORTS: dict[str, str] = {
     "install_int8_tables": "install",
     "load_weights": "install",
     "vllm_tensor_parallel": "install",
+    # int8_gather.py: the fused dequantize-on-gather kernel
+    "gather_rows": "int8_gather",
+    "gather_rows_shard": "int8_gather",
 }
 
-__all__ = sorted(_EXPORTS) + ["IncompatibleError", "check_checkpoint"]
+__all__ = sorted(_EXPORTS) + ["IncompatibleError"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("IncompatibleError", "check_checkpoint"):
-        from .. import compat
+    if name == "IncompatibleError":
+        from clef_format.errors import IncompatibleError
 
-        return getattr(compat, name)
+        return IncompatibleError
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,11 +10,11 @@ from typing import Any, Callable, Iterable, Optional
 
 import torch
 
-from ..compat import CheckpointSource, check_checkpoint
-from ..layouts import Layout
-from .completeness import WriteTracker
-from .int8_tables import AllReduce, Int8Tables, load_int8_tables
-from .weights import _stream, skipped_tensors
+from clef_format.vllm.gate import CheckpointSource, check_checkpoint
+from clef_format.spec.layouts import Layout
+from clef_format.vllm.completeness import WriteTracker
+from clef_format.vllm.int8_tables import AllReduce, Int8Tables, load_int8_tables
+from clef_format.vllm.weights import _stream, skipped_tensors
 
 #: Where vLLM's Qwen3.5 classes keep the two tables: multimodal first, then text-only.
 EMBED_PATHS = ("language_model.model.embed_tokens", "model.embed_tokens")

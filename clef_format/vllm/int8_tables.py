@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 import torch
 
-from .. import layouts as L
-from .. import tables_format as TF
-from ..int8_gather import Backend, gather_rows, gather_rows_shard
+from clef_format.spec import layouts as L
+from clef_format.spec import tables_format as TF
+from clef_format.vllm.int8_gather import Backend, gather_rows, gather_rows_shard
 
 if TYPE_CHECKING:
-    from ..checkpoint import Checkpoint
+    from clef_format.read.checkpoint import Checkpoint
 
 AllReduce = Callable[[torch.Tensor], torch.Tensor]
 #: vLLM's ``DEFAULT_VOCAB_PADDING_SIZE``: shards are cut from the vocab padded to this multiple.

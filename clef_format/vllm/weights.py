@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
-from ..compat import CheckpointSource, check_checkpoint
-from ..layouts import Layout
+from clef_format.vllm.gate import CheckpointSource, check_checkpoint
+from clef_format.spec.layouts import Layout
 
 if TYPE_CHECKING:
     import torch
 
-    from ..checkpoint import Checkpoint
+    from clef_format.read.checkpoint import Checkpoint
 
 
 def skipped_tensors(ck: "Checkpoint") -> frozenset[str]:

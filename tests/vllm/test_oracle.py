@@ -15,9 +15,10 @@ from hypothesis import HealthCheck, given, settings
 
 import oracle
 import vllm
-from clef_format import resolve as R
-from clef_format import schemes, vllm_names
-from clef_format.model_spec import parse_config
+from clef_format.vllm_rules import matching as R
+from clef_format.spec import schemes
+from clef_format.vllm_rules import names as vllm_names
+from clef_format.spec.model_spec import parse_config
 from pattern_cases import fixture_configs, quantized_configs
 
 VERSION = ".".join(vllm.__version__.split(".")[:2])

@@ -1,0 +1,264 @@
+"""Read a checkpoint's structure: files, configs and safetensors headers. No tensor data, no torch.
+
+``read_checkpoint`` does all the reading once and returns a ``Checkpoint`` that every check
+works from, plus the findings that reading itself produced (unreadable headers, unsafe files,
+paths that leave the checkpoint). Nothing outside the checkpoint is ever opened: symlinks are
+followed only when they stay inside it (or, in a Hugging Face cache snapshot, inside the
+repository's ``blobs/``), and index entries are never used as paths before they are checked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Any
+
+from clef_format.spec import layouts as L
+from clef_format.spec.findings import Finding, error, warning
+from clef_format.spec.layouts import Layout, LayoutFacts
+from clef_format.spec.model_spec import ConfigError, ModelConfig, parse_config, table_names
+from clef_format.read.hf_cache import blobs_dir, is_hf_snapshot
+from clef_format.read.paths import inside, safe_member
+from clef_format.read.safetensors import Header, HeaderError, TensorInfo, read_header
+
+#: Largest JSON config read (the real ones are a few KB; the index is ~100 KB).
+MAX_JSON_BYTES = 16 * 1024 * 1024
+#: Pickle-based weight files: never loaded, always reported.
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+SKIP_DIRS = {".git", ".cache"}
+
+
+class Checkpoint:
+    """Everything verify knows about a checkpoint after reading its structure.
+
+    ``root`` is a plain string path (``pathlib`` stays off the fast path); ``path(rel)`` joins.
+    """
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.hf_snapshot = False
+        self.files: dict[str, int] = {}  # readable regular files: rel path -> size
+        self.headers: dict[str, Header] = {}  # valid safetensors headers
+        self.bad_headers: set[str] = set()
+        self.config: dict[str, Any] | None = None
+        self.model: ModelConfig | None = None
+        self.head_config: dict[str, Any] | None = None
+        self.backbone_files: list[str] = []
+        self.backbone: dict[str, TensorInfo] = {}
+        self.tensor_file: dict[str, str] = {}
+        self.layout: Layout = Layout.UNKNOWN
+        self.findings: list[Finding] = []
+
+    def path(self, rel: str) -> str:
+        return os.path.join(self.root, *rel.split("/"))
+
+    def has(self, rel: str) -> bool:
+        return rel in self.files
+
+    @property
+    def tables(self) -> tuple[str, str]:
+        """HF names of (embed_tokens, lm_head) for this checkpoint's config."""
+        return table_names(self.model) if self.model else (L.EMBED_TOKENS, L.LM_HEAD)
+
+
+def _escape_target(link: str, allowed: list[str]) -> str | None:
+    """Where a symlink resolves, if that is outside every allowed folder; ``None`` when it stays inside."""
+    target = os.path.realpath(link)
+    return None if any(inside(target, a) for a in allowed) else target
+
+
+def _scan_files(ck: Checkpoint) -> None:
+    root_real = os.path.realpath(ck.root)
+    allowed = [root_real]
+    if ck.hf_snapshot:
+        allowed.append(os.path.realpath(blobs_dir(ck.root)))
+    for dirpath, dirnames, filenames in os.walk(ck.root, followlinks=False):
+        rel_dir = os.path.relpath(dirpath, ck.root)
+        keep = []
+        for d in sorted(dirnames):
+            full = os.path.join(dirpath, d)
+            rel = os.path.normpath(os.path.join(rel_dir, d)).replace(os.sep, "/")
+            if d in SKIP_DIRS and rel_dir == ".":
+                continue
+            if os.path.islink(full):
+                target = _escape_target(full, allowed)
+                if target is not None:
+                    ck.findings.append(error(
+                        "path-escape", f"directory symlink {rel} leads outside the checkpoint (to {target}); not followed",
+                        file=rel, fix="replace the symlink with the directory it should contain"))
+                else:
+                    ck.findings.append(warning(
+                        "path-escape", f"directory symlink {rel} is not followed", file=rel,
+                        fix="replace the symlink with a real directory"))
+                continue
+            keep.append(d)
+        dirnames[:] = keep
+        for name in sorted(filenames):
+            full = os.path.join(dirpath, name)
+            rel = os.path.normpath(os.path.join(rel_dir, name)).replace(os.sep, "/")
+            if os.path.islink(full):
+                target = _escape_target(full, allowed)
+                if target is not None:
+                    ck.findings.append(error(
+                        "path-escape", f"{rel} is a symlink leading outside the checkpoint (to {target}); never read",
+                        file=rel, fix="replace the symlink with the real file"))
+                    continue
+            if name.endswith(".incomplete"):
+                ck.findings.append(error(
+                    "partial-download", f"{rel} is an unfinished download", file=rel,
+                    fix="re-run the download (huggingface-cli download / snapshot_download) to finish it"))
+                continue
+            if name.endswith(PICKLE_SUFFIXES):
+                ck.findings.append(error(
+                    "unsafe-file", f"{rel} is a pickle-based weight file; clef-format never loads it", file=rel,
+                    fix="delete it: Clef checkpoints ship safetensors only"))
+                continue
+            try:
+                st = os.stat(full)
+            except OSError as exc:
+                ck.findings.append(error("missing-file", f"{rel} cannot be read: {exc.strerror}", file=rel))
+                continue
+            if not os.path.isfile(full):
+                continue
+            ck.files[rel] = st.st_size
+
+
+def _read_json(ck: Checkpoint, rel: str) -> Any:
+    """Parse a JSON file of the checkpoint; a finding (and ``None``) when it is not usable."""
+    size = ck.files[rel]
+    if size > MAX_JSON_BYTES:
+        ck.findings.append(error("bad-config", f"{rel} is {size} bytes, over the {MAX_JSON_BYTES} limit; not read",
+                                 file=rel, fix="restore the file from the original download"))
+        return None
+    try:
+        with open(ck.path(rel), "rb") as fh:
+            return json.loads(fh.read().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        ck.findings.append(error("bad-config", f"{rel} is not valid JSON: {exc}", file=rel,
+                                 fix="restore the file from the original download"))
+        return None
+
+
+def _read_headers(ck: Checkpoint) -> None:
+    for rel in ck.files:
+        if not rel.endswith(".safetensors"):
+            continue
+        try:
+            ck.headers[rel] = read_header(ck.path(rel))
+        except HeaderError as exc:
+            ck.bad_headers.add(rel)
+            ck.findings.append(error("bad-header", f"{rel}: {exc}", file=rel,
+                                     fix="re-download this file; a truncated or corrupted download looks like this"))
+        except OSError as exc:
+            ck.bad_headers.add(rel)
+            ck.findings.append(error("bad-header", f"{rel} cannot be read: {exc.strerror}", file=rel))
+
+
+
+
+def _read_backbone(ck: Checkpoint) -> None:
+    if ck.has(L.BACKBONE_INDEX):
+        index = _read_json(ck, L.BACKBONE_INDEX)
+        if index is None:
+            return
+        weight_map = index.get("weight_map") if isinstance(index, dict) else None
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            ck.findings.append(error("bad-config", f"{L.BACKBONE_INDEX} has no weight_map of tensor -> file",
+                                     file=L.BACKBONE_INDEX, fix="restore the file from the original download"))
+            return
+        shards: dict[str, str] = {}
+        for value in sorted(set(weight_map.values())):
+            member = safe_member(value)
+            if member is None:
+                ck.findings.append(error("path-escape", f"index entry {value!r} leads outside the checkpoint; never read",
+                                         file=L.BACKBONE_INDEX, fix="restore the index from the original download"))
+            elif member not in ck.files:
+                if member not in ck.bad_headers:
+                    ck.findings.append(error("missing-file", f"shard {member} named by the index is missing",
+                                             file=member, fix="re-download the missing shard"))
+            else:
+                shards[value] = member
+        ck.backbone_files = sorted(set(shards.values()))
+        for name, value in weight_map.items():
+            member = shards.get(value)
+            header = ck.headers.get(member) if member else None
+            if header is not None and name not in header.tensors:
+                ck.findings.append(error("index-mismatch", f"index maps {name} to {member}, whose header lacks it",
+                                         file=member, tensor=name, fix="re-download the shard and the index"))
+        for member in ck.backbone_files:
+            header = ck.headers.get(member)
+            for name in header.tensors if header else ():
+                if weight_map.get(name) is not None and shards.get(weight_map[name]) != member:
+                    ck.findings.append(error("index-mismatch", f"{name} is in {member} but the index maps it elsewhere",
+                                             file=member, tensor=name, fix="re-download the shard and the index"))
+                elif name not in weight_map:
+                    ck.findings.append(error("index-mismatch", f"{name} is in {member} but not in the index",
+                                             file=member, tensor=name, fix="re-download the index"))
+    elif ck.has(L.BACKBONE_SINGLE) or L.BACKBONE_SINGLE in ck.bad_headers:
+        ck.backbone_files = [L.BACKBONE_SINGLE]
+    else:
+        shards_found = sorted(f for f in ck.files if re.fullmatch(r"model-\d+-of-\d+\.safetensors", f))
+        if shards_found:
+            ck.findings.append(error("missing-file", f"{len(shards_found)} backbone shards but no {L.BACKBONE_INDEX}",
+                                     file=L.BACKBONE_INDEX, fix="re-download model.safetensors.index.json"))
+            ck.backbone_files = shards_found
+    for member in ck.backbone_files:
+        header = ck.headers.get(member)
+        if header is None:
+            continue
+        for name, info in header.tensors.items():
+            if name in ck.backbone:
+                ck.findings.append(error("index-mismatch", f"{name} is stored in both {ck.tensor_file[name]} and {member}",
+                                         file=member, tensor=name, fix="re-download the backbone shards"))
+                continue
+            ck.backbone[name] = info
+            ck.tensor_file[name] = member
+
+
+def _marker_present(head_config: Any) -> bool:
+    return isinstance(head_config, dict) and L.MARKER_KEY in head_config
+
+
+def read_checkpoint(root: str | os.PathLike[str]) -> Checkpoint:
+    """Read files, configs and headers once; detect the layout. Never raises on bad content."""
+    ck = Checkpoint(os.fspath(root))
+    ck.hf_snapshot = is_hf_snapshot(ck.root)
+    _scan_files(ck)
+    _read_headers(ck)
+    if ck.has(L.CONFIG):
+        ck.config = _read_json(ck, L.CONFIG)
+        if ck.config is not None:
+            try:
+                ck.model = parse_config(ck.config)
+            except ConfigError as exc:
+                ck.findings.append(error("bad-config", str(exc), file=L.CONFIG,
+                                         fix="restore config.json from the original download"))
+    _read_backbone(ck)
+    head_cfg_rel = L.HEAD_CONFIG if ck.has(L.HEAD_CONFIG) else (L.RELEASE_HEAD_CONFIG if ck.has(L.RELEASE_HEAD_CONFIG) else None)
+    if head_cfg_rel:
+        ck.head_config = _read_json(ck, head_cfg_rel)
+    embed, lm_head = ck.tables
+    facts = LayoutFacts(
+        has_backbone=bool(ck.backbone_files),
+        has_release_head=ck.has(L.RELEASE_HEAD_WEIGHTS),
+        has_clef_head=any(f.startswith(L.HEAD_DIR + "/") for f in ck.files) or L.TABLES in ck.bad_headers,
+        tables_in_backbone=embed in ck.backbone or lm_head in ck.backbone,
+        has_tables_file=ck.has(L.TABLES) or L.TABLES in ck.bad_headers,
+        has_marker=_marker_present(ck.head_config),
+    )
+    ck.layout = L.detect_layout(facts)
+    return ck
+
+
+def open_checkpoint(source: str | os.PathLike[str] | Checkpoint) -> Checkpoint:
+    """The one way to open a checkpoint: a directory, a repo id in the local Hugging Face cache, or one
+    already read (returned as it is). Raises ``PathNotFound`` when there is no such checkpoint."""
+    if isinstance(source, Checkpoint):
+        return source
+    from clef_format.read.hf_cache import locate_checkpoint
+
+    return read_checkpoint(locate_checkpoint(os.fspath(source)))

@@ -1,0 +1,136 @@
+"""Everything clef-format knows about Hugging Face's on-disk layouts, in one place.
+
+- the cache: ``models--ORG--NAME/{blobs,refs,snapshots}``; a repo id is found offline in it
+  (``locate_checkpoint``, ``cached_snapshot``), a snapshot's entries are symlinks to ``blobs/<etag>``;
+- unfinished downloads: ``blobs/<etag>.incomplete``, or ``.cache/huggingface/download/*.incomplete``
+  in a ``snapshot_download(local_dir=...)`` folder, whose ``<path>.metadata`` files hold each etag;
+- what an etag is: the sha256 of an LFS file, the git blob sha1 of a small one.
+
+Never downloads and never writes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from clef_format.errors import PathNotFound
+
+_SNAPSHOT_RE = re.compile(r"^models--[^/]+$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_SHA1 = re.compile(r"^[0-9a-f]{40}$")
+#: Where ``snapshot_download(local_dir=...)`` keeps its per-file metadata and unfinished downloads.
+LOCAL_DIR_DOWNLOAD = ".cache/huggingface/download"
+#: Largest ``.metadata`` file read (the real ones are ~100 bytes).
+_MAX_METADATA = 4096
+_MAX_LISTED = 10_000  # a hostile blob store cannot make verify walk forever
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")
+
+
+def locate_checkpoint(path: str, cache_dir: str | None = None) -> str:
+    """The directory ``path`` names: a folder, or the cached snapshot of ``org/name[@revision]``."""
+    if os.path.isdir(path):
+        return path
+    if os.path.exists(path):
+        raise PathNotFound(f"{path} is not a directory")
+    if not _REPO_ID.match(path):
+        raise PathNotFound(f"{path}: no such directory")
+    repo_id, _, revision = path.partition("@")
+    snapshot = cached_snapshot(repo_id, revision or "main", cache_dir)
+    if snapshot is None:
+        raise PathNotFound(
+            f"{path}: no directory of that name, and no cached snapshot of {repo_id}"
+            f"{'@' + revision if revision else ''} in the Hugging Face cache "
+            f"(download it first: hf download {repo_id})")
+    return snapshot
+
+
+def cached_snapshot(repo_id: str, revision: str, cache_dir: str | None = None) -> str | None:
+    """The snapshot folder of ``repo_id`` at ``revision`` (a ref or a commit), by huggingface_hub's rules.
+
+    Unlike ``try_to_load_from_cache`` this needs no particular file in the snapshot, so a snapshot
+    that lacks config.json is verified (and reported) instead of being "not found". A revision is a
+    ref name or commit hash, never a path: ``..`` and absolute forms are refused, and the commit a
+    ref holds must name an existing folder under ``snapshots/``.
+    """
+    from huggingface_hub import constants  # only for repo ids: keeps the dir path fast
+    from huggingface_hub.file_download import repo_folder_name
+
+    parts = revision.split("/")
+    if not revision or revision.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        return None
+    repo = os.path.join(cache_dir or constants.HF_HUB_CACHE, repo_folder_name(repo_id=repo_id, repo_type="model"))
+    commit = revision
+    ref = os.path.join(repo, "refs", *parts)
+    if os.path.isfile(ref):
+        with open(ref, "rb") as fh:
+            commit = fh.read(256).decode("ascii", "replace").strip()
+    snapshots = os.path.join(repo, "snapshots")
+    try:
+        names = os.listdir(snapshots)
+    except OSError:
+        return None
+    if commit not in names:  # a listed name: never a path built from the ref's content
+        return None
+    snapshot = os.path.join(snapshots, commit)
+    return snapshot if os.path.isdir(snapshot) else None
+
+
+def is_hf_snapshot(root: str) -> bool:
+    """A folder ``.../models--ORG--NAME/snapshots/<revision>`` of a Hugging Face cache."""
+    parent = os.path.dirname(os.path.abspath(root))
+    return os.path.basename(parent) == "snapshots" and bool(_SNAPSHOT_RE.match(os.path.basename(os.path.dirname(parent))))
+
+
+def blobs_dir(root: str) -> str:
+    """The ``blobs/`` folder of the repository a snapshot belongs to."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(root))), "blobs")
+
+
+def etag_digest(etag: str) -> tuple[str, str] | None:
+    """(algorithm, digest) an etag stands for: sha256 for LFS files, git-sha1 for small ones."""
+    etag = etag.strip().strip('"').lower()
+    if _SHA256.match(etag):
+        return "sha256", etag
+    if _SHA1.match(etag):
+        return "git-sha1", etag
+    return None
+
+
+def snapshot_blob(root: str, full: str) -> str | None:
+    """The blob a snapshot entry links to, when it is a file directly in this repo's ``blobs/``."""
+    if not os.path.islink(full):
+        return None
+    target = os.path.realpath(full)
+    return target if os.path.dirname(target) == os.path.realpath(blobs_dir(root)) else None
+
+
+def local_dir_etag(root: str, rel: str) -> str | None:
+    """The etag ``snapshot_download(local_dir=...)`` recorded for ``rel``, if its metadata is present and sane."""
+    from clef_format.read.paths import inside
+
+    meta = os.path.join(root, *LOCAL_DIR_DOWNLOAD.split("/"), *rel.split("/")) + ".metadata"
+    try:
+        if not inside(os.path.realpath(meta), os.path.realpath(root)) or not os.path.isfile(meta):
+            return None
+        with open(meta, "rb") as fh:
+            lines = fh.read(_MAX_METADATA).decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    return lines[1] if len(lines) >= 2 else None
+
+
+def incomplete_downloads(folder: str, recursive: bool) -> list[str]:
+    """Names of ``*.incomplete`` files under ``folder`` (relative, sorted); only names are listed."""
+    out: list[str] = []
+    seen = 0
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        if not recursive:
+            dirnames[:] = []
+        for name in filenames:
+            seen += 1
+            if name.endswith(".incomplete"):
+                out.append(os.path.relpath(os.path.join(dirpath, name), folder).replace(os.sep, "/"))
+        if seen > _MAX_LISTED:
+            break
+    return sorted(out)

@@ -1,0 +1,190 @@
+"""Read and validate a safetensors header without touching tensor data or importing torch.
+
+The rules are those of the safetensors Rust reader (``safetensors::tensor::SafeTensors::read_metadata``),
+plus one it does not enforce reliably: duplicate JSON keys. Only the first ``8 + N`` bytes are read,
+and ``N`` is checked against the limit and the file size before anything is read, so a file that
+claims a huge header costs nothing.
+"""
+
+from __future__ import annotations
+
+from clef_format.errors import FormatError
+
+import json
+import os
+import struct
+from clef_format.records import Record
+
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Any
+
+#: Header length above which the reader refuses (safetensors' ``MAX_HEADER_SIZE``).
+MAX_HEADER_SIZE = 100_000_000
+
+#: Bits per element of every dtype safetensors knows.
+DTYPE_BITS: dict[str, int] = {
+    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,
+    "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
+    "I32": 32, "U32": 32, "F32": 32,
+    "I64": 64, "U64": 64, "F64": 64, "C64": 64,
+    "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
+}
+
+_U64_MAX = 2**64 - 1
+
+
+class HeaderError(FormatError):
+    """The file is not a valid safetensors file; ``reason`` is a short machine-friendly tag."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class TensorInfo(Record):
+    """One header entry (a NamedTuple: thousands are built per file, so construction must be cheap)."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.begin
+
+
+class Header(Record):
+    """A validated header: tensors in file order, the string metadata, where data starts."""
+
+    tensors: dict[str, TensorInfo]
+    metadata: dict[str, str]
+    data_start: int
+    file_size: int
+
+
+def _pairs_to_dict(pairs: Any, where: str) -> dict[str, Any]:
+    """A JSON object decoded as a list of pairs (``object_pairs_hook=tuple``, which runs in C; arrays stay lists) -> dict."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise HeaderError("duplicate-key", f"duplicate key {key!r} in {where}")
+            seen.add(key)
+    return out
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=tuple)
+
+
+def parse_header(raw: bytes, file_size: int) -> Header:
+    """Validate header bytes (without the 8-byte prefix) against a file of ``file_size`` bytes."""
+    data_start = 8 + len(raw)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HeaderError("not-utf8", f"header is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    if not text.startswith("{"):
+        raise HeaderError("not-json", "header does not start with '{'")
+    try:
+        pairs = _DECODER.decode(text)
+    except (ValueError, RecursionError) as exc:
+        raise HeaderError("not-json", f"header is not valid JSON: {exc}") from None
+    if not isinstance(pairs, tuple):
+        raise HeaderError("not-json", "header is not a JSON object")
+    obj = _pairs_to_dict(pairs, "header")
+
+    metadata_raw = obj.pop("__metadata__", None)
+    metadata: dict[str, str] = {}
+    if metadata_raw is not None:
+        if isinstance(metadata_raw, tuple):
+            metadata_raw = _pairs_to_dict(metadata_raw, "__metadata__")
+        if not isinstance(metadata_raw, dict) or not all(isinstance(v, str) for v in metadata_raw.values()):
+            raise HeaderError("bad-metadata", "__metadata__ must map strings to strings")
+        metadata = dict(metadata_raw)
+
+    entries: list[tuple[int, int, str, TensorInfo]] = []
+    bits_of = DTYPE_BITS
+    for name, entry in obj.items():
+        # Hot loop (thousands of entries per 9B shard): inline checks, no helper calls.
+        if type(entry) is not tuple:
+            raise HeaderError("bad-entry", f"entry {name!r} is not an object")
+        fields = dict(entry)
+        if len(fields) != len(entry):
+            _pairs_to_dict(entry, f"entry {name!r}")
+        dtype = fields.get("dtype")
+        shape = fields.get("shape")
+        offsets = fields.get("data_offsets")
+        if type(dtype) is not str or dtype not in bits_of:
+            raise HeaderError("bad-dtype", f"tensor {name!r} has unknown dtype {dtype!r}")
+        if type(shape) is not list:
+            raise HeaderError("bad-shape", f"tensor {name!r} has an invalid shape {shape!r}")
+        numel = 1
+        for d in shape:
+            if type(d) is not int or d < 0 or d > _U64_MAX:
+                raise HeaderError("bad-shape", f"tensor {name!r} has an invalid shape {shape!r}")
+            numel *= d
+        if type(offsets) is not list or len(offsets) != 2:
+            raise HeaderError("bad-offsets", f"tensor {name!r} has invalid data_offsets {offsets!r}")
+        begin, end = offsets
+        if type(begin) is not int or type(end) is not int or begin < 0 or end > _U64_MAX:
+            raise HeaderError("bad-offsets", f"tensor {name!r} has invalid data_offsets {offsets!r}")
+        if end < begin:
+            raise HeaderError("bad-offsets", f"tensor {name!r} ends before it begins ({begin}, {end})")
+        if numel > _U64_MAX:
+            raise HeaderError("overflow", f"tensor {name!r}: element count overflows")
+        total_bits = numel * bits_of[dtype]
+        if total_bits > _U64_MAX or total_bits % 8:
+            raise HeaderError("overflow", f"tensor {name!r}: byte size overflows or is not whole")
+        if end - begin != total_bits // 8:
+            raise HeaderError(
+                "size-mismatch",
+                f"tensor {name!r}: {end - begin} bytes stored, {total_bits // 8} implied by {dtype}{shape}",
+            )
+        entries.append((begin, end, name, TensorInfo(dtype, tuple(shape), begin, end)))
+
+    entries.sort()
+    expected_begin = 0
+    for begin, end, name, _ in entries:
+        if begin != expected_begin:
+            kind = "overlap" if begin < expected_begin else "gap"
+            raise HeaderError(
+                "bad-offsets", f"tensor {name!r} starts at {begin}, expected {expected_begin} ({kind} in the data buffer)"
+            )
+        expected_begin = end
+
+    buffer = file_size - data_start
+    if expected_begin != buffer:
+        raise HeaderError(
+            "truncated" if expected_begin > buffer else "trailing-bytes",
+            f"data buffer holds {buffer} bytes but the tensors cover {expected_begin}"
+            + (" (file truncated?)" if expected_begin > buffer else ""),
+        )
+    return Header({name: info for _, _, name, info in entries}, metadata, data_start, file_size)
+
+
+def read_header(path: str | os.PathLike[str]) -> Header:
+    """Read and validate the header of one safetensors file; raise ``HeaderError`` if invalid."""
+    with open(path, "rb") as fh:
+        file_size = os.fstat(fh.fileno()).st_size
+        prefix = fh.read(8)
+        if len(prefix) < 8:
+            raise HeaderError("truncated", f"file is {file_size} bytes, shorter than the 8-byte length prefix")
+        (n,) = struct.unpack("<Q", prefix)
+        if n > MAX_HEADER_SIZE:
+            raise HeaderError("header-too-large", f"header claims {n} bytes, over the {MAX_HEADER_SIZE} limit")
+        if 8 + n > file_size:
+            raise HeaderError("truncated", f"header claims {n} bytes but the file has {file_size - 8} after the prefix")
+        raw = fh.read(n)
+    if len(raw) != n:
+        raise HeaderError("truncated", "file shrank while reading the header")
+    return parse_header(raw, file_size)

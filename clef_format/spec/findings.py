@@ -1,0 +1,145 @@
+"""Findings: the one place that defines every finding code and what a report looks like.
+
+Codes are a contract (DESIGN.md): stable kebab-case strings that scripts match on.
+Add new codes at the end of ``CODES``; never rename or remove one.
+"""
+
+from __future__ import annotations
+
+import json
+from clef_format.records import Record
+
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Any, Iterable, Literal
+
+    Severity = Literal["error", "warning", "info"]
+else:
+    Severity = str
+
+#: Every finding code, with the one-line meaning shown by ``clef-format codes``.
+CODES: dict[str, str] = {
+    # files and headers
+    "missing-file": "a file the layout requires is absent",
+    "bad-header": "a safetensors header is invalid or the file is truncated",
+    "path-escape": "an index entry or symlink leads outside the checkpoint",
+    "unsafe-file": "pickle-based weights are present; they are never loaded",
+    "bad-config": "a JSON config file is missing keys, has wrong types or is not JSON",
+    "index-mismatch": "model.safetensors.index.json disagrees with the shard headers",
+    "partial-download": "an unfinished download (.incomplete) is present",
+    # layouts and the version marker
+    "legacy-layout": "layout-1: BF16 tables inside the backbone, needs plugin < 0.2.0",
+    "marker-missing": "int8 tables present but no requires_clef_vllm marker (the 2026-10-07 state)",
+    "marker-invalid": "requires_clef_vllm is not a valid PEP 440 specifier",
+    "plugin-incompatible": "the given plugin version cannot serve these weights",
+    "unknown-layout": "the files match no known Clef layout",
+    # tables
+    "tables-missing": "embed_tokens / lm_head are neither in the backbone nor in the int8 tables file",
+    "tables-duplicated": "the tables are both in the backbone and in the int8 tables file",
+    "table-shape": "a table's name, dtype or shape disagrees with the config or the format",
+    "nonfinite-scale": "a table row scale is NaN, infinite or negative",
+    "tables-metadata": "the int8 tables file's metadata is missing or disagrees with the format",
+    # joint head
+    "head-incomplete": "the joint head lacks tensors or its config lacks keys",
+    "head-unexpected": "the joint head has tensors or config keys its config does not imply",
+    # backbone tensors
+    "tensor-missing": "a tensor the config implies is absent",
+    "tensor-unexpected": "a tensor the config does not imply is present",
+    "tensor-shape": "a tensor's dtype or shape disagrees with the config",
+    # quantization patterns against vLLM
+    "pattern-unmatched": "a quantization target matches no vLLM layer",
+    "ignore-unmatched": "an ignore entry matches no vLLM layer",
+    "pattern-hf-anchored": "a pattern matches Hugging Face names but not vLLM's",
+    "fused-scheme-mismatch": "shards of one fused vLLM layer resolve to different schemes",
+    "scheme-tensor-mismatch": "vLLM will build a layer whose scheme differs from the stored tensors",
+    "layer-unquantized": "a layer stored or meant quantized resolves to BF16 in vLLM",
+    "quant-config-invalid": "quantization_config is not a valid compressed-tensors config",
+    # deep verification
+    "hash-mismatch": "a file's content does not match its expected hash",
+    "manifest-missing": "deep verification found nothing to compare a file against",
+    "scale-range": "a decoded scale is outside the range its dtype allows",
+    "deep-verified": "verify --deep hashed files against their references and every hash matched (info)",
+    # migrate
+    "migrate-refused": "migrate would not start (or go on); the checkpoint is unchanged",
+    "migrate-failed": "migrate failed while writing and rolled back; the checkpoint is unchanged",
+    "table-nonfinite": "a source table row holds NaN or Inf; it cannot be quantized faithfully",
+    "migrate-recovered": "migrate found an interrupted run and resumed, finished or rolled it back (info)",
+}
+
+
+class _FindingFields(Record):
+    code: str
+    severity: Severity
+    message: str
+    file: str | None = None
+    tensor: str | None = None
+    module: str | None = None
+    fix: str | None = None
+
+
+class Finding(_FindingFields):
+    """One thing verify noticed: a stable code, how bad it is, and how to fix it."""
+
+    __slots__ = ()
+
+    def __new__(cls, code: str, severity: Severity, message: str, file: str | None = None,
+                tensor: str | None = None, module: str | None = None, fix: str | None = None) -> "Finding":
+        if code not in CODES:
+            raise ValueError(f"unknown finding code {code!r}: add it to clef_format.findings.CODES")
+        if severity not in ("error", "warning", "info"):
+            raise ValueError(f"unknown severity {severity!r}")
+        return super().__new__(cls, code, severity, message, file, tensor, module, fix)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"code": self.code, "severity": self.severity, "message": self.message}
+        for key in ("file", "tensor", "module", "fix"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        return out
+
+
+def error(code: str, message: str, **where: str | None) -> Finding:
+    return Finding(code, "error", message, **where)
+
+
+def warning(code: str, message: str, **where: str | None) -> Finding:
+    return Finding(code, "warning", message, **where)
+
+
+def info(code: str, message: str, **where: str | None) -> Finding:
+    return Finding(code, "info", message, **where)
+
+
+class Report:
+    """What verify (or migrate) says about one checkpoint; rendered as text or one JSON object."""
+
+    def __init__(self, path: str, layout: str, findings: list[Finding] | None = None,
+                 extra: dict[str, Any] | None = None) -> None:
+        self.path = path
+        self.layout = layout
+        self.findings: list[Finding] = list(findings or [])
+        self.extra: dict[str, Any] = dict(extra or {})
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.severity == "error" for f in self.findings)
+
+    def extend(self, findings: Iterable[Finding]) -> None:
+        self.findings.extend(findings)
+
+    def codes(self) -> set[str]:
+        return {f.code for f in self.findings}
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "path": self.path,
+            "layout": self.layout,
+            "ok": self.ok,
+            "findings": [f.to_dict() for f in self.findings],
+        }
+        out.update(self.extra)
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False)

@@ -1,0 +1,95 @@
+"""The split-layout model: file names, layout names, and how a layout is told from the files.
+
+One source of truth for where things live in a Clef checkpoint (DESIGN.md, "Layouts").
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from clef_format.records import Record
+
+
+class Layout(str, Enum):
+    ORIGINAL_RELEASE = "original-release"
+    LAYOUT_1 = "layout-1"
+    LAYOUT_2 = "layout-2"
+    LAYOUT_2_UNMARKED = "layout-2-unmarked"
+    UNKNOWN = "unknown"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+CONFIG = "config.json"
+BACKBONE_SINGLE = "model.safetensors"
+BACKBONE_INDEX = "model.safetensors.index.json"
+HEAD_DIR = "clef_head"
+HEAD_WEIGHTS = f"{HEAD_DIR}/joint_head.safetensors"
+HEAD_CONFIG = f"{HEAD_DIR}/joint_head_config.json"
+TABLES = f"{HEAD_DIR}/tables_int8.safetensors"
+HEAD_CODE = "joint_schema_model.py"
+RELEASE_HEAD_WEIGHTS = "joint_head.safetensors"
+RELEASE_HEAD_CONFIG = "joint_head_config.json"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+#: The key of the version marker inside the joint head config.
+MARKER_KEY = "requires_clef_vllm"
+#: What migrate writes as the marker.
+MARKER_VALUE = ">=0.2.0"
+
+#: The HF names of the two big tables (embedding lookup and lexical rows).
+EMBED_TOKENS = "model.language_model.embed_tokens.weight"
+LM_HEAD = "lm_head.weight"
+TABLE_NAMES = (EMBED_TOKENS, LM_HEAD)
+
+
+class LayoutFacts(Record):
+    """What layout detection needs, read from file names and headers only."""
+
+    has_backbone: bool
+    has_release_head: bool
+    has_clef_head: bool
+    tables_in_backbone: bool
+    has_tables_file: bool
+    has_marker: bool
+
+
+def detect_layout(facts: LayoutFacts) -> Layout:
+    """Name the layout of a checkpoint. A marker always means layout 2 (its tables are then checked)."""
+    if not facts.has_backbone:
+        return Layout.UNKNOWN
+    if facts.has_clef_head or facts.has_tables_file:
+        if facts.has_marker:
+            return Layout.LAYOUT_2
+        if facts.has_tables_file:
+            return Layout.LAYOUT_2_UNMARKED
+        if facts.tables_in_backbone:
+            return Layout.LAYOUT_1
+        return Layout.UNKNOWN
+    if facts.has_release_head and facts.tables_in_backbone:
+        return Layout.ORIGINAL_RELEASE
+    return Layout.UNKNOWN
+
+
+def required_files(layout: Layout) -> tuple[str, ...]:
+    """Files a layout cannot work without (the backbone is checked separately: single or sharded)."""
+    if layout is Layout.ORIGINAL_RELEASE:
+        return (CONFIG, RELEASE_HEAD_WEIGHTS, RELEASE_HEAD_CONFIG)
+    if layout is Layout.LAYOUT_1:
+        return (CONFIG, HEAD_WEIGHTS, HEAD_CONFIG, HEAD_CODE)
+    if layout in (Layout.LAYOUT_2, Layout.LAYOUT_2_UNMARKED):
+        return (CONFIG, HEAD_WEIGHTS, HEAD_CONFIG, HEAD_CODE, TABLES)
+    return (CONFIG,)
+
+
+def migrate_command(path: str, to: str, snapshot: bool = False) -> str:
+    """The command that moves ``path`` to layout ``to`` (a cache snapshot is never written: ``--output``)."""
+    out = " --output DIR" if snapshot else ""
+    return f"clef-format migrate {path} --to {to}{out}"
+
+
+def head_files(layout: Layout) -> tuple[str, str]:
+    """(weights, config) of the joint head for a layout."""
+    if layout is Layout.ORIGINAL_RELEASE:
+        return RELEASE_HEAD_WEIGHTS, RELEASE_HEAD_CONFIG
+    return HEAD_WEIGHTS, HEAD_CONFIG

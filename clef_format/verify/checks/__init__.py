@@ -1,0 +1,28 @@
+"""Checks: pure functions from a ``Checkpoint`` to findings. ``CHECKS`` is the order verify runs them."""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Callable, Iterable
+
+from clef_format.read.checkpoint import Checkpoint
+from clef_format.spec.findings import Finding
+from clef_format.verify.checks.backbone import check_backbone
+from clef_format.verify.checks.cache import check_cache
+from clef_format.verify.checks.head import check_head
+from clef_format.verify.checks.layout import check_layout
+from clef_format.verify.checks.patterns import check_patterns
+from clef_format.verify.checks.tables import check_tables
+
+if TYPE_CHECKING:
+    Check = Callable[[Checkpoint], Iterable[Finding]]
+
+CHECKS: list[Check] = [
+    check_layout,
+    check_backbone,
+    check_tables,
+    check_head,
+    check_cache,
+    check_patterns,
+]

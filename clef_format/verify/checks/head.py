@@ -1,0 +1,44 @@
+"""Joint head checks: its config parses for ``JointSchemaHead(**config)`` and its tensors are complete."""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Iterator
+
+from clef_format.spec import layouts as L
+from clef_format.read.checkpoint import Checkpoint
+from clef_format.spec.findings import Finding, error
+from clef_format.spec.joint_head import HeadConfigError, head_problems, parse_head_config
+
+_FIX = "re-download the joint head files of this revision"
+#: Most layers per stack a head config may claim (the release: 2 and 4); more is hostile input.
+
+def check_head(ck: Checkpoint) -> Iterator[Finding]:
+    weights, config_rel = L.head_files(ck.layout)
+    if ck.head_config is None or not ck.has(config_rel):
+        return
+    try:
+        cfg, unknown = parse_head_config(ck.head_config)
+    except HeadConfigError as exc:
+        yield error("head-incomplete", str(exc), file=config_rel, fix=_FIX)
+        return
+    if unknown:
+        yield error("head-unexpected",
+                    f"{config_rel} has keys {unknown} that JointSchemaHead(**config) does not accept",
+                    file=config_rel, fix=f"remove {unknown} from {config_rel}")
+    if ck.model is not None and cfg.hidden_size != ck.model.text.hidden_size:
+        yield error("head-incomplete",
+                    f"joint head hidden_size {cfg.hidden_size} differs from the backbone's {ck.model.text.hidden_size}",
+                    file=config_rel, fix=_FIX)
+    header = ck.headers.get(weights)
+    if header is None:
+        return
+    shapes = {name: info.shape for name, info in header.tensors.items()}
+    missing, unexpected = head_problems(cfg, shapes)
+    if missing:
+        yield error("head-incomplete", f"{weights} lacks {len(missing)} tensor(s): {', '.join(missing[:8])}"
+                    + (" ..." if len(missing) > 8 else ""), file=weights, fix=_FIX)
+    if unexpected:
+        yield error("head-unexpected", f"{weights} holds layers its config does not imply: {', '.join(unexpected)}",
+                    file=weights, fix=_FIX)

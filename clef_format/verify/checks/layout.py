@@ -1,0 +1,67 @@
+"""Layout-level checks: required files, the version marker, where the tables are."""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Iterator
+
+from clef_format.spec import layouts as L
+from clef_format.read.checkpoint import Checkpoint
+from clef_format.spec.findings import Finding, error, warning
+from clef_format.spec.layouts import Layout, migrate_command
+from clef_format.spec.marker import MarkerError, check_marker
+
+
+def check_layout(ck: Checkpoint) -> Iterator[Finding]:
+    path = str(ck.root)
+    layout = ck.layout
+    if not ck.backbone_files and not any(f.code in ("missing-file", "bad-header") for f in ck.findings):
+        yield error("missing-file", f"no backbone: neither {L.BACKBONE_SINGLE} nor {L.BACKBONE_INDEX}",
+                    file=L.BACKBONE_SINGLE, fix="download the checkpoint again; the backbone weights are missing")
+    if layout is Layout.UNKNOWN:
+        if ck.backbone_files:
+            yield error("unknown-layout", "the files match no Clef layout (no joint head, or tables nowhere)",
+                        fix=f"compare with the layouts in `clef-format verify --help`; re-download {path}")
+    for rel in L.required_files(layout):
+        if not ck.has(rel) and rel not in ck.bad_headers:
+            yield error("missing-file", f"{rel} is missing ({layout} requires it)", file=rel,
+                        fix="download this file from the same revision of the checkpoint")
+    for rel in L.TOKENIZER_FILES:
+        if layout is not Layout.UNKNOWN and not ck.has(rel):
+            yield warning("missing-file", f"{rel} is missing: serving needs the tokenizer", file=rel,
+                          fix="download the tokenizer files from the same revision")
+
+    embed, lm_head = ck.tables
+    in_backbone = [t for t in (embed, lm_head) if t in ck.backbone]
+    has_tables_file = ck.has(L.TABLES) or L.TABLES in ck.bad_headers
+    if layout is Layout.LAYOUT_1:
+        yield warning("legacy-layout",
+                      "layout-1: BF16 tables inside the backbone; only clef-vllm < 0.2.0 serves it",
+                      fix=f"{migrate_command(path, 'layout-2', ck.hf_snapshot)} (2 GB smaller, ~2.4 GiB less GPU memory)")
+        missing = [t for t in (embed, lm_head) if t not in ck.backbone]
+        for t in missing:
+            yield error("tables-missing", f"{t} is missing from the backbone", tensor=t,
+                        fix="re-download the backbone")
+    if layout is Layout.LAYOUT_2_UNMARKED:
+        yield error("marker-missing",
+                    f"int8 tables present but {L.HEAD_CONFIG} has no {L.MARKER_KEY} marker: an old plugin would "
+                    "start and serve wrong answers (the 2026-10-07 downloads)",
+                    file=L.HEAD_CONFIG, fix=migrate_command(path, "layout-2", ck.hf_snapshot))
+    if layout in (Layout.LAYOUT_2, Layout.LAYOUT_2_UNMARKED):
+        if in_backbone and has_tables_file:
+            for t in in_backbone:
+                yield error("tables-duplicated", f"{t} is both in the backbone and in {L.TABLES}", tensor=t,
+                            file=ck.tensor_file[t],
+                            fix=f"re-download the backbone of this revision, or {migrate_command(path, 'layout-2', ck.hf_snapshot)}")
+        elif not has_tables_file:
+            yield error("tables-missing", f"{L.TABLES} is missing" + (
+                f" (and the backbone still holds {', '.join(in_backbone)})" if in_backbone else ""),
+                file=L.TABLES, fix="download clef_head/tables_int8.safetensors from the same revision")
+    if ck.head_config is not None and isinstance(ck.head_config, dict) and L.MARKER_KEY in ck.head_config:
+        try:
+            check_marker(ck.head_config[L.MARKER_KEY])
+        except MarkerError as exc:
+            yield error("marker-invalid", str(exc), file=L.HEAD_CONFIG,
+                        fix=f"set \"{L.MARKER_KEY}\": \"{L.MARKER_VALUE}\" in {L.HEAD_CONFIG} "
+                            f"(or run {migrate_command(path, 'layout-2', ck.hf_snapshot)})")

@@ -1,0 +1,100 @@
+"""Per-layer view: what vLLM builds for each decoder layer, and whether the weights fit a 16 GB card.
+
+Pure: takes config.json (a dict), returns rows and a memory estimate. Weight bytes per scheme come
+from ``schemes.scheme_bytes_per_weight``; the tables (embed_tokens, lm_head) are counted as vLLM
+holds them for a layout-2 checkpoint served by the clef plugin when ``int8_tables`` is set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+from clef_format.vllm_rules import matching as resolve, names as vllm_names
+from clef_format.spec import schemes
+from clef_format.spec.model_spec import parse_config, plain_params
+
+GIB = 1024**3
+CARD_BYTES = 16 * GIB
+#: Left for CUDA context, activations and a useful KV cache on a 16 GB card (vLLM's default
+#: gpu_memory_utilization 0.9 leaves 1.6 GB; we ask for 2 GiB more for the cache itself).
+HEADROOM_BYTES = int(3.6 * GIB)
+
+
+@dataclass(frozen=True)
+class LayerRow:
+    index: int
+    attention: str  # linear_attention | full_attention
+    groups: dict[str, str]  # projection group (vLLM layer suffix) -> scheme or "error: ..."
+    weight_bytes: int
+
+
+@dataclass(frozen=True)
+class LayersView:
+    arch: str
+    rows: list[LayerRow]
+    other: dict[str, str] = field(default_factory=dict)  # lm_head, vision -> scheme summary
+    weight_bytes: int = 0
+    fits_16gb: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["weight_gib"] = round(self.weight_bytes / GIB, 3)
+        return d
+
+
+def _bytes(scheme: str | None, numel: int) -> int:
+    if scheme is None or scheme not in (schemes.UNQUANTIZED, schemes.FP8_W8A8, schemes.NVFP4_W4A4):
+        scheme = schemes.UNQUANTIZED  # unknown schemes: count as BF16 (an upper bound)
+    return int(numel * schemes.scheme_bytes_per_weight(scheme))
+
+
+def layers_view(config: Mapping[str, Any], int8_tables: bool = True, version: str = vllm_names.DEFAULT_VLLM) -> LayersView:
+    """Rows per decoder layer plus the memory estimate. Raises ConfigError / QuantConfigError."""
+    cfg = parse_config(dict(config))
+    model = vllm_names.build(cfg, version)
+    decisions = {d.layer: d for d in resolve.resolve_vllm(config, version)}
+    per_layer: dict[int, dict[str, str]] = {}
+    layer_bytes: dict[int, int] = {}
+    other: dict[str, set[str]] = {}
+    total = 0
+    for layer in model.layers:
+        d = decisions[layer.name]
+        label = d.scheme if d.error is None else f"error: {d.error_kind}"
+        size = _bytes(d.scheme, layer.out_features * layer.in_features)
+        if layer.group == "lm_head" and int8_tables and d.scheme == schemes.UNQUANTIZED:
+            size = layer.out_features * (layer.in_features + 4)  # int8 rows + one F32 scale per row
+        total += size
+        if layer.layer is None:
+            other.setdefault(layer.group, set()).add(label or "?")
+            continue
+        per_layer.setdefault(layer.layer, {})[layer.name.rsplit(".", 2)[-2] + "." + layer.name.rsplit(".", 1)[-1]] = label or "?"
+        layer_bytes[layer.layer] = layer_bytes.get(layer.layer, 0) + size
+    vocab, hidden = cfg.text.vocab_size, cfg.text.hidden_size
+    total += vocab * (hidden + 4) if int8_tables else vocab * hidden * 2  # embed_tokens
+    total += sum(_numel(s) for s in plain_params(cfg).values()) * 2  # norms, conv1d, A_log...
+    rows = [LayerRow(i, cfg.text.layer_types[i], per_layer.get(i, {}), layer_bytes.get(i, 0))
+            for i in range(cfg.text.num_layers)]
+    return LayersView(model.arch, rows, {k: "/".join(sorted(v)) for k, v in other.items()}, total,
+                      total + HEADROOM_BYTES <= CARD_BYTES)
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def render(view: LayersView) -> str:
+    """A plain-text table (the CLI prints it)."""
+    lines = [f"{view.arch}: {len(view.rows)} decoder layers"]
+    for r in view.rows:
+        groups = ", ".join(f"{k}={v}" for k, v in r.groups.items())
+        lines.append(f"  {r.index:3d} {r.attention:17s} {groups}")
+    for k, v in view.other.items():
+        lines.append(f"  {k}: {v}")
+    verdict = "fits" if view.fits_16gb else "does NOT fit"
+    lines.append(f"weights in vLLM: {view.weight_bytes / GIB:.2f} GiB; {verdict} a 16 GB card with "
+                 f"{HEADROOM_BYTES / GIB:.1f} GiB left for context, activations and KV cache")
+    return "\n".join(lines)

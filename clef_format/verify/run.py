@@ -1,0 +1,62 @@
+"""verify: read a checkpoint's structure, run every check, return one Report."""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Any
+
+from clef_format.read.checkpoint import Checkpoint, open_checkpoint
+from clef_format.verify.checks import CHECKS
+from clef_format.spec.findings import Finding, Report, error
+
+
+def plugin_findings(ck: Checkpoint, plugin_version: str, path: str) -> list[Finding]:
+    """What ``--plugin-version`` adds: the pair check of ``compat``, as a finding."""
+    from clef_format.errors import IncompatibleError
+    from clef_format.spec.compat import check_pair  # packaging: only when a version is asked about
+    from clef_format.spec.marker import MarkerError, read_marker
+
+    try:
+        marker = read_marker(ck.head_config) if isinstance(ck.head_config, dict) else None
+    except MarkerError:
+        marker = None  # reported as marker-invalid; the default marker of layout 2 applies
+    try:
+        check_pair(ck.layout, marker, plugin_version, path=path, snapshot=ck.hf_snapshot)
+    except IncompatibleError as exc:
+        return [error("plugin-incompatible", f"clef-vllm {plugin_version}: {exc.reason}", fix=exc.fix)]
+    return []
+
+
+def summary(ck: Checkpoint) -> dict[str, Any]:
+    return {
+        "files": {rel: size for rel, size in sorted(ck.files.items())},
+        "backbone_files": ck.backbone_files,
+        "backbone_tensors": len(ck.backbone),
+        "hf_snapshot": ck.hf_snapshot,
+    }
+
+
+def verify_checkpoint(ck: Checkpoint, display_path: str, plugin_version: str | None = None,
+                      deep: bool = False) -> Report:
+    report = Report(path=display_path, layout=str(ck.layout))
+    report.extend(ck.findings)
+    running = None
+    if deep:
+        from clef_format.verify.deep import DeepRun  # hashing and scale decoding live apart from the fast path
+
+        running = DeepRun(ck)  # hashing starts now; the checks below run in its shadow
+    for check in CHECKS:
+        report.extend(check(ck))
+    if plugin_version is not None:
+        report.extend(plugin_findings(ck, plugin_version, display_path))
+        report.extra["plugin_version"] = plugin_version
+    if running is not None:
+        report.extend(running.finish())
+    report.extra.update(summary(ck))
+    return report
+
+
+def verify(path: str, plugin_version: str | None = None, deep: bool = False) -> Report:
+    """Verify the checkpoint at ``path`` (a directory or a cached repo id). Raises ``PathNotFound``."""
+    return verify_checkpoint(open_checkpoint(path), path, plugin_version=plugin_version, deep=deep)

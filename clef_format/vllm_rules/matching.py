@@ -1,0 +1,519 @@
+"""Which scheme vLLM builds for every layer of a Clef config, from config.json alone.
+
+A pure re-implementation of vLLM's compressed-tensors matching (vLLM 0.28.0:
+``compressed_tensors/utils.py`` ``should_ignore_layer`` / ``find_matched_target`` and
+``CompressedTensorsConfig.from_config`` / ``apply_vllm_mapper`` / ``get_scheme_dict`` /
+``_get_scheme_from_parts``), so that verify answers in milliseconds: this module must not
+import torch, compressed_tensors or vllm. tests/vllm proves it equal to the real vLLM.
+Also: the same config resolved the way compressed-tensors' quantizer saw the HF modules, and
+the scheme the stored tensors imply for each module.
+"""
+
+from __future__ import annotations
+
+from clef_format.errors import FormatError
+
+import re
+from functools import lru_cache
+from clef_format.records import Record
+
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Any, Iterable, Mapping
+
+from clef_format.spec import schemes
+from clef_format.vllm_rules import names as vllm_names
+from clef_format.spec.model_spec import ConfigError, LinearSpec, ModelConfig, linear_modules, parse_config
+from clef_format.read.safetensors import TensorInfo
+from clef_format.vllm_rules.names import DEFAULT_VLLM, VllmLayer, VllmModel, rules_for
+
+# Scheme names beyond schemes.py's three (named after vLLM's CompressedTensors* classes).
+NVFP4_W4A16 = "nvfp4-w4a16"
+MXFP4 = "mxfp4"
+MXFP8 = "mxfp8"
+FP8_W8A16 = "fp8-w8a16"
+INT8_W8A8 = "int8-w8a8"
+INT_W4A8 = "int-w4a8"
+WNA16 = "wna16"
+WNA8O8_INT = "wna8o8-int"
+WNA8_INT = "wna8-int"
+WNA4_INT = "wna4-int"
+
+#: vLLM scheme class -> our scheme name (used by the oracle tests and reports).
+VLLM_SCHEME_CLASSES: dict[str, str] = {
+    "CompressedTensorsW8A8Fp8": schemes.FP8_W8A8,
+    "CompressedTensorsW4A4Fp4": schemes.NVFP4_W4A4,
+    "CompressedTensorsW8A16Fp8": FP8_W8A16,
+    "CompressedTensorsW4A4Mxfp4": MXFP4,
+    "CompressedTensorsW8A8Mxfp8": MXFP8,
+    "CompressedTensorsW8A8Int8": INT8_W8A8,
+    "CompressedTensorsW4A8Int": INT_W4A8,
+    "CompressedTensorsWNA16": WNA16,
+    "CompressedTensorsWNA8O8Int": WNA8O8_INT,
+    "CompressedTensorsWNA8Int": WNA8_INT,
+    "CompressedTensorsWNA4Int": WNA4_INT,
+}
+
+_ACT_FORMATS = ("naive-quantized", "int-quantized", "float-quantized", "nvfp4-pack-quantized")
+_STRATEGIES = ("tensor", "channel", "group", "block", "token", "tensor_group", "attn_head")
+_ARG_FIELDS = frozenset({
+    "num_bits", "type", "symmetric", "group_size", "strategy", "block_structure", "dynamic",
+    "actorder", "scale_dtype", "zp_dtype", "observer", "observer_kwargs",
+})
+
+
+class QuantConfigError(FormatError):
+    """vLLM refuses the quantization_config as a whole (it fails before building any layer)."""
+
+
+class VllmLayerError(Exception):
+    """vLLM raises while building one layer; ``kind`` is the Python exception vLLM raises."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class Args(Record):
+    """The parts of compressed-tensors' ``QuantizationArgs`` that pick vLLM's scheme (validated)."""
+
+    num_bits: int
+    type: str
+    symmetric: bool
+    group_size: int | None
+    strategy: str
+    dynamic: bool | str
+    scale_dtype: str | None
+    raw: Mapping[str, Any]  # the group's arguments as written (not used to decide)
+
+
+class Entry(Record):
+    """One target of the config: its group and the scheme parts vLLM reads for it."""
+
+    target: str  # as written in config.json
+    group: str
+    weights: Args
+    input: Args | None
+    output: Args | None
+    format: str | None  # the group's own format (None: fall back to the top-level one)
+
+
+class QuantConfig(Record):
+    """A parsed compressed-tensors ``quantization_config``, in vLLM's order and rules."""
+
+    targets: dict[str, Entry]  # vLLM's target_scheme_map: later groups overwrite, order kept
+    ignore: tuple[str, ...]
+    format: str | None
+    hf_targets: dict[str, Entry]  # compressed-tensors' target_to_scheme (every group)
+
+
+class Decision(Record):
+    """What vLLM builds for one layer (or the error it raises building it)."""
+
+    layer: str
+    scheme: str | None  # None only when ``error`` is set
+    target: str | None = None  # the (vLLM-mapped) target that decided it
+    group: str | None = None
+    ignored: bool = False
+    error: str | None = None
+    error_kind: str | None = None
+
+
+# ----------------------------------------------------------------------------- parsing
+
+
+def _dynamic(value: Any, where: str) -> bool | str:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() == "local":
+        return "local"
+    raise QuantConfigError(f"{where}.dynamic must be true, false or 'local', got {value!r}")
+
+
+def parse_args(raw: Any, where: str) -> Args:
+    """Validate like ``QuantizationArgs.model_validate`` (the rules that decide a scheme)."""
+    if not isinstance(raw, dict):
+        raise QuantConfigError(f"{where} must be an object, got {raw!r}")
+    extra = set(raw) - _ARG_FIELDS
+    if extra:
+        raise QuantConfigError(f"{where}: unknown field(s) {sorted(extra)} (compressed-tensors forbids extra fields)")
+    num_bits = raw.get("num_bits", 8)
+    if not isinstance(num_bits, int) or isinstance(num_bits, bool):
+        raise QuantConfigError(f"{where}.num_bits must be an integer")
+    qtype = str(raw.get("type", "int")).lower()
+    if qtype not in ("int", "float"):
+        raise QuantConfigError(f"{where}.type must be 'int' or 'float', got {raw.get('type')!r}")
+    symmetric = raw.get("symmetric", True)
+    if not isinstance(symmetric, bool):
+        raise QuantConfigError(f"{where}.symmetric must be a boolean")
+    group_size = raw.get("group_size")
+    if group_size is not None and (not isinstance(group_size, int) or group_size < -1):
+        raise QuantConfigError(f"{where}.group_size must be -1 or a positive integer")
+    strategy = raw.get("strategy")
+    if strategy is not None:
+        strategy = str(strategy).lower()
+        if strategy not in _STRATEGIES:
+            raise QuantConfigError(f"{where}.strategy {raw.get('strategy')!r} is not a compressed-tensors strategy")
+    elif group_size is None:
+        strategy = "tensor"
+    elif group_size > 0:
+        strategy = "group"
+    elif group_size == -1:
+        strategy = "channel"
+    else:
+        raise QuantConfigError(f"{where}: invalid group_size {group_size}")
+    dynamic = _dynamic(raw.get("dynamic", False), where)
+    if strategy == "token" and not dynamic:
+        raise QuantConfigError(f"{where}: static token quantization is not allowed")
+    if strategy in ("group", "tensor_group") and (group_size is None or group_size <= 0):
+        raise QuantConfigError(f"{where}: strategy {strategy} needs a positive group_size")
+    if group_size is not None and group_size > 0 and strategy not in ("group", "tensor_group"):
+        raise QuantConfigError(f"{where}: group_size needs strategy 'group'")
+    if (strategy == "block") != (raw.get("block_structure") is not None):
+        raise QuantConfigError(f"{where}: block strategy and block_structure go together")
+    if dynamic and strategy not in ("token", "tensor", "tensor_group", "group"):
+        raise QuantConfigError(f"{where}: dynamic quantization needs strategy token/tensor/tensor_group/group")
+    if dynamic == "local" and strategy != "tensor_group":
+        raise QuantConfigError(f"{where}: dynamic 'local' needs strategy tensor_group")
+    scale = raw.get("scale_dtype")
+    return Args(num_bits, qtype, symmetric, group_size, strategy, dynamic, None if scale is None else str(scale), raw)
+
+
+def _is_act_format(fmt: str | None) -> bool:
+    return fmt in _ACT_FORMATS
+
+
+def parse_quant_config(qc: Any) -> QuantConfig:
+    """Parse like ``CompressedTensorsConfig.from_config``; raise ``QuantConfigError`` where vLLM fails."""
+    if not isinstance(qc, dict):
+        raise QuantConfigError("quantization_config must be an object")
+    method = qc.get("quant_method")
+    if method != "compressed-tensors":
+        raise QuantConfigError(f"quant_method is {method!r}; clef-format checks compressed-tensors configs only")
+    fmt = qc.get("format")
+    groups = qc.get("config_groups", {})
+    if not isinstance(groups, dict):
+        raise QuantConfigError("config_groups must be an object")
+    ignore = qc.get("ignore", [])
+    if ignore is None:
+        ignore = []
+    if not isinstance(ignore, list) or not all(isinstance(i, str) for i in ignore):
+        raise QuantConfigError("ignore must be a list of strings")
+    sparsity = qc.get("sparsity_config")
+    if isinstance(sparsity, dict) and sparsity.get("targets"):
+        raise QuantConfigError("sparsity_config with targets: vLLM removed sparsity support")
+    targets: dict[str, Entry] = {}
+    hf_targets: dict[str, Entry] = {}
+    for gname, group in groups.items():
+        where = f"config_groups.{gname}"
+        if not isinstance(group, dict):
+            raise QuantConfigError(f"{where} must be an object")
+        tlist = group.get("targets")
+        if not isinstance(tlist, list) or not all(isinstance(t, str) for t in tlist):
+            raise QuantConfigError(f"{where}.targets must be a list of strings")
+        gfmt = group.get("format")
+        weights = parse_args(group.get("weights"), f"{where}.weights")
+        raw_in = group.get("input_activations")
+        act = _is_act_format(gfmt) if gfmt is not None else _is_act_format(fmt)
+        inp: Args | None = None
+        if act or raw_in:
+            if not raw_in:
+                if weights.type != "float":
+                    raise QuantConfigError(f"{where}: {gfmt or fmt} needs input_activations for int weights")
+            else:
+                inp = parse_args(raw_in, f"{where}.input_activations")
+        raw_out = group.get("output_activations")
+        out = parse_args(raw_out, f"{where}.output_activations") if raw_out else None
+        for t in tlist:
+            _check_regex(t, where)
+            entry = Entry(t, str(gname), weights, inp, out, gfmt)
+            hf_targets[t] = entry
+            # vLLM drops a group whose only target is an attention class (KV-cache quant).
+            if not (len(tlist) == 1 and tlist[0].endswith("Attention")):
+                targets[t] = entry
+    for i in ignore:
+        _check_regex(i, "ignore")
+    return QuantConfig(targets, tuple(ignore), fmt, hf_targets)
+
+
+def _check_regex(pattern: str, where: str) -> None:
+    if pattern.startswith("re:"):
+        try:
+            _compile(pattern[3:])
+        except re.error as e:
+            raise QuantConfigError(f"{where}: {pattern!r} is not a valid regex ({e})") from None
+
+
+@lru_cache(maxsize=4096)
+def _compile(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+# ----------------------------------------------------------------------------- matching
+
+
+@lru_cache(maxsize=65536)
+def equal_or_regex(value: str, target: str, contains: bool = False) -> bool:
+    """vLLM's ``_is_equal_or_regex_match``: ``re:`` -> ``re.match`` (start-anchored only).
+
+    Cached: verify asks the same (name, pattern) pairs from several angles (vLLM decisions,
+    which layers a pattern hits, fix candidates); a 9B config makes thousands of them.
+    """
+    if target.startswith("re:"):
+        return _compile(target[3:]).match(value) is not None
+    if contains:
+        return target.lower() in value.lower()
+    return target == value
+
+
+def _first(value: str, targets: Iterable[str], contains: bool = False) -> str | None:
+    return next((t for t in targets if equal_or_regex(value, t, contains)), None)
+
+
+def fused_shards(name: str, packed: Mapping[str, tuple[str, ...]]) -> tuple[str, tuple[str, ...]] | None:
+    """(fused key, shard names) the way ``_match_fused_layer`` expands a name, or None."""
+    key = next((k for k in packed if name.endswith(k)), None)
+    if key is None:
+        return None
+    return key, tuple(name.replace(key, s) for s in packed[key])
+
+
+def find_matched_target(name: str, cls: str, targets: Iterable[str], packed: Mapping[str, tuple[str, ...]]) -> str | None:
+    """vLLM's order: name/regex in config order, then all-shards fused rule, then class substring."""
+    targets = list(targets)
+    hit = _first(name, targets)
+    if hit is None:
+        expanded = fused_shards(name, packed)
+        if expanded is not None:
+            shard_hits = [_first(s, targets) for s in expanded[1]]
+            if all(shard_hits):
+                hit = shard_hits[0]
+    if hit is None:
+        hit = _first(cls, targets, contains=True)
+    return hit
+
+
+def should_ignore(name: str, ignore: tuple[str, ...], packed: Mapping[str, tuple[str, ...]], version: str = DEFAULT_VLLM) -> bool:
+    """vLLM's ``should_ignore_layer``; raises ``VllmLayerError`` for a partly ignored fused layer."""
+    proj = name.split(".")[-1]
+    if rules_for(version).fused_name_ignore and any(equal_or_regex(name, i) for i in ignore):
+        return True
+    if proj in packed and name not in ignore:
+        shard_names = packed[proj]
+        verdicts = {any(equal_or_regex(name.replace(proj, s), i) for i in ignore) for s in shard_names}
+        if len(verdicts) > 1:
+            raise VllmLayerError(
+                "ValueError",
+                f"Found a different quantization schemes for {list(shard_names)} in {name}. "
+                "vLLM requires all to use the same scheme.",
+            )
+        return verdicts.pop()
+    return any(equal_or_regex(name, i) for i in ignore)
+
+
+# ----------------------------------------------------------------------------- schemes
+
+
+def _is_nvfp4(a: Args | None) -> bool:
+    return a is not None and a.strategy == "tensor_group" and a.type == "float" and a.num_bits == 4 and a.group_size == 16 and a.symmetric
+
+
+def _is_fp8_w8a8(w: Args, i: Args | None) -> bool:
+    if i is None or w.type != "float" or i.type != "float":
+        return False
+    if not (w.symmetric and not w.dynamic and w.strategy in ("tensor", "channel", "block")):
+        return False
+    return bool(i.dynamic) or (i.symmetric and i.strategy == "tensor")
+
+
+def classify(e: Entry, top_format: str | None, layer: str = "") -> str:
+    """vLLM's ``_get_scheme_from_parts`` on a GPU that supports the scheme (not SM90-only W4A8).
+
+    Raises ``VllmLayerError`` where vLLM raises (ValueError / NotImplementedError).
+    """
+    w, i, o = e.weights, e.input, e.output
+    fmt = e.format if e.format is not None else top_format
+    if _is_nvfp4(w):
+        if i is None:
+            return NVFP4_W4A16
+        if not _is_nvfp4(i):
+            raise VllmLayerError("ValueError", "For NVFP4 weights, input quantization must also be NVFP4 format, None for NVFP4A16")
+        return schemes.NVFP4_W4A4
+    if w.strategy == "group" and w.type == "float" and w.num_bits == 4 and w.group_size == 32 and w.symmetric:
+        return MXFP4
+    if (w.strategy == "group" and w.type == "float" and w.num_bits == 8 and w.group_size == 32 and w.symmetric
+            and (w.scale_dtype or "").endswith("uint8")):
+        return MXFP8
+    static_int = w.type == "int" and not w.dynamic and w.strategy in ("channel", "group")
+    if (static_int and fmt in ("pack-quantized", "int-quantized")
+            and i is not None and i.type == "int" and i.strategy == "tensor" and i.num_bits == 8 and not i.dynamic
+            and o is not None and o.type == "int" and o.strategy == "tensor" and o.num_bits == 8 and not o.dynamic):
+        return WNA8O8_INT
+    wnam = (i is not None and fmt == "pack-quantized" and static_int and i.type == "int" and i.symmetric
+            and bool(i.dynamic) and i.strategy in ("token", "group"))
+    if wnam and i is not None and i.num_bits == 8:
+        return WNA8_INT
+    if wnam and i is not None and i.num_bits == 4:
+        return WNA4_INT
+    if i is None and w.strategy in ("channel", "group") and not w.dynamic and fmt == "pack-quantized":
+        return WNA16
+    if _is_act_format(fmt):
+        if _is_fp8_w8a8(w, i):
+            return schemes.FP8_W8A8
+        if w.type == "float" and w.symmetric and not w.dynamic and w.strategy in ("tensor", "channel", "block"):
+            return FP8_W8A16
+        if i is not None:
+            w8 = w.num_bits == i.num_bits == 8 and w.strategy in ("tensor", "channel") and w.symmetric
+            if w8 and i.strategy == "tensor" and not w.dynamic and not i.dynamic:
+                return INT8_W8A8
+            if w8 and i.strategy == "token" and not w.dynamic and i.dynamic:
+                return INT8_W8A8
+            if (w.num_bits == 4 and i.num_bits == 8 and w.strategy in ("group", "channel") and i.strategy == "token"
+                    and w.symmetric and not w.dynamic and i.dynamic):
+                return INT_W4A8
+    raise VllmLayerError("NotImplementedError", f"No compressed-tensors compatible scheme was found for layer_name={layer!r} (format={fmt!r})")
+
+
+# ----------------------------------------------------------------------------- vLLM view
+
+
+class VllmQuant(Record):
+    """The config after ``apply_vllm_mapper``: targets and ignore in vLLM's names."""
+
+    targets: dict[str, Entry]  # mapped target -> entry (dict-comprehension semantics)
+    ignore: tuple[str, ...]
+    format: str | None
+    mapped_from: dict[str, str]  # original target/ignore entry -> mapped (absent when dropped)
+
+
+def map_target(model: VllmModel, target: str) -> str | None:
+    """``apply_vllm_mapper``: only plain dotted paths are rewritten; ``re:`` and dotless pass through."""
+    if "." in target and not target.startswith("re:"):
+        return model.map_name(target)
+    return target
+
+
+def vllm_view(qc: QuantConfig, model: VllmModel) -> VllmQuant:
+    mapped_from: dict[str, str] = {}
+    targets: dict[str, Entry] = {}
+    for t, e in qc.targets.items():
+        m = map_target(model, t)
+        if m is not None:
+            targets[m] = e
+            mapped_from[t] = m
+    ignore: list[str] = []
+    for i in qc.ignore:
+        m = map_target(model, i)
+        if m is not None:
+            ignore.append(m)
+            mapped_from[i] = m
+    return VllmQuant(targets, tuple(ignore), qc.format, mapped_from)
+
+
+def resolve_layer(layer: VllmLayer, vq: VllmQuant, model: VllmModel) -> Decision:
+    """The scheme vLLM builds for ``layer`` (``get_quant_method`` for a Linear / ParallelLMHead)."""
+    try:
+        if should_ignore(layer.name, vq.ignore, model.packed, model.version):
+            return Decision(layer.name, schemes.UNQUANTIZED, ignored=True)
+    except VllmLayerError as e:
+        return Decision(layer.name, None, error=str(e), error_kind=e.kind)
+    target = find_matched_target(layer.name, layer.cls, vq.targets.keys(), model.packed) if vq.targets else None
+    if target is None:
+        return Decision(layer.name, schemes.UNQUANTIZED)
+    entry = vq.targets[target]
+    try:
+        return Decision(layer.name, classify(entry, vq.format, layer.name), target, entry.group)
+    except VllmLayerError as e:
+        # ParallelLMHead: vLLM catches ValueError from get_scheme and serves it unquantized.
+        if layer.group == "lm_head" and e.kind == "ValueError":
+            return Decision(layer.name, schemes.UNQUANTIZED, target, entry.group)
+        return Decision(layer.name, None, target, entry.group, error=str(e), error_kind=e.kind)
+
+
+def resolve_vllm(config: Mapping[str, Any], version: str = DEFAULT_VLLM) -> list[Decision]:
+    """Per vLLM layer, in model order. Raises ``ConfigError`` / ``QuantConfigError``."""
+    cfg = parse_config(dict(config))
+    model = vllm_names.build(cfg, version)
+    if cfg.quantization is None:
+        return [Decision(l.name, schemes.UNQUANTIZED) for l in model.layers]
+    vq = vllm_view(parse_quant_config(cfg.quantization), model)
+    return [resolve_layer(l, vq, model) for l in model.layers]
+
+
+# ----------------------------------------------------------------------------- HF view
+
+
+class HfDecision(Record):
+    """What compressed-tensors' quantizer applied to one HF module (scheme None: left alone)."""
+
+    module: str
+    scheme: str | None
+    target: str | None = None
+    group: str | None = None
+    ignored: bool = False
+
+
+def _ct_match(name: str, target: str, classes: tuple[str, ...]) -> bool:
+    """compressed-tensors ``is_match`` for one target: ``match_name`` (the same ``re.match`` /
+    equality vLLM uses, so it shares ``equal_or_regex``'s cache) or an exact class name."""
+    return equal_or_regex(name, target) or target in classes
+
+
+def resolve_hf_module(name: str, qc: QuantConfig, classes: tuple[str, ...] = vllm_names.HF_LINEAR_CLASSES) -> HfDecision:
+    """``apply_quantization_config``: matched and not ignored; most specific target wins
+    (exact names, then regexes, each sorted, then class names; ``match_targets``)."""
+    return _HfResolver(qc, classes)(name)
+
+
+class _HfResolver:
+    """``resolve_hf_module`` with the per-config work (target order, scheme of each group) done once."""
+
+    def __init__(self, qc: QuantConfig, classes: tuple[str, ...] = vllm_names.HF_LINEAR_CLASSES) -> None:
+        self.qc = qc
+        self.classes = classes
+        self.ordered = sorted(qc.hf_targets, key=lambda t: ("re:" in t, t))
+        self.schemes: dict[str, str] = {}
+
+    def _scheme(self, target: str, name: str) -> str:
+        if target not in self.schemes:
+            entry = self.qc.hf_targets[target]
+            try:
+                self.schemes[target] = classify(entry, self.qc.format, name)
+            except VllmLayerError:
+                self.schemes[target] = f"unsupported:{entry.group}"
+        return self.schemes[target]
+
+    def __call__(self, name: str) -> HfDecision:
+        qc, classes = self.qc, self.classes
+        if not any(_ct_match(name, t, classes) for t in qc.hf_targets):
+            return HfDecision(name, None)
+        if any(_ct_match(name, i, classes) for i in qc.ignore):
+            return HfDecision(name, None, ignored=True)
+        by_name = [t for t in self.ordered if equal_or_regex(name, t)]
+        by_class = [t for t in self.ordered if t in classes and t not in by_name]
+        target = (by_name + by_class)[0]
+        return HfDecision(name, self._scheme(target, name), target, qc.hf_targets[target].group)
+
+
+def resolve_hf(cfg: ModelConfig, qc: QuantConfig) -> dict[str, HfDecision]:
+    """Per HF linear module (and ``lm_head``), what the quantizer saw and applied."""
+    specs = [*linear_modules(cfg), vllm_names.lm_head_spec(cfg)]
+    resolver = _HfResolver(qc)
+    return {s.name: resolver(s.name) for s in specs}
+
+
+# ----------------------------------------------------------------------------- stored tensors
+
+
+def stored_schemes(backbone: Mapping[str, TensorInfo], specs: Iterable[LinearSpec]) -> dict[str, str | None]:
+    """Per HF module present in the backbone, the scheme its tensors imply (None: no scheme fits)."""
+    params = schemes.params_by_module(backbone, (spec.name for spec in specs))
+    return {module: schemes.stored_scheme(p) for module, p in params.items() if p}
+
+
+__all__ = [
+    "Args", "ConfigError", "Decision", "Entry", "HfDecision", "QuantConfig", "QuantConfigError", "VllmLayerError",
+    "VllmQuant", "classify", "equal_or_regex", "find_matched_target", "map_target", "parse_quant_config",
+    "resolve_hf", "resolve_hf_module", "resolve_layer", "resolve_vllm", "should_ignore", "stored_schemes",
+    "vllm_view",
+]
