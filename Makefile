@@ -20,7 +20,7 @@ example: setup
 test: test-main test-vllm
 
 test-main: setup
-	$(VENV)/bin/python -m pytest -q -n 2 -p no:cacheprovider tests --ignore=tests/vllm
+	$(VENV)/bin/python -m pytest -q -n 2 -p no:cacheprovider tests --ignore=tests/tier_vllm
 
 test-vllm: setup
 	bash scripts/test-vllm.sh

@@ -4,7 +4,7 @@ A pure re-implementation of vLLM's compressed-tensors matching (vLLM 0.28.0:
 ``compressed_tensors/utils.py`` ``should_ignore_layer`` / ``find_matched_target`` and
 ``CompressedTensorsConfig.from_config`` / ``apply_vllm_mapper`` / ``get_scheme_dict`` /
 ``_get_scheme_from_parts``), so that verify answers in milliseconds: this module must not
-import torch, compressed_tensors or vllm. tests/vllm proves it equal to the real vLLM.
+import torch, compressed_tensors or vllm. tests/tier_vllm proves it equal to the real vLLM.
 Also: the same config resolved the way compressed-tensors' quantizer saw the HF modules, and
 the scheme the stored tensors imply for each module.
 """

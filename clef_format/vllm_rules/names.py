@@ -5,7 +5,7 @@ vLLM fuses Hugging Face projections (q/k/v -> ``qkv_proj`` ...) and renames pref
 quantization patterns against *its* names, not the ones the quantizer saw. Everything here is
 derived from ``model_spec.linear_modules`` (one source of truth for the HF tree) plus the few
 vLLM facts below, read from the vLLM 0.28.0 source (``models/qwen3_5.py``, ``qwen3_vl.py``,
-``qwen3_next.py``, ``layers/mamba/gdn/qwen_gdn_linear_attn.py``) and proven by tests/vllm.
+``qwen3_next.py``, ``layers/mamba/gdn/qwen_gdn_linear_attn.py``) and proven by tests/tier_vllm.
 The rules that differ between vLLM versions live in ``VERSION_RULES`` and nowhere else.
 """
 
@@ -32,7 +32,7 @@ class VersionRules(Record):
     fused_name_ignore: bool
     #: ``hf_to_vllm_mapper`` drops ``mtp.`` entries (0.29+), so such targets vanish.
     mapper_drops_mtp: bool
-    #: Whether tests/vllm runs against this version (see docs/VLLM.md).
+    #: Whether tests/tier_vllm runs against this version (see docs/VLLM.md).
     proven: bool
 
 

@@ -24,7 +24,7 @@ from clef_format.spec.joint_head import HeadConfigError, parse_head_config
 from clef_format.spec.marker import MarkerError, parse_marker
 from clef_format.spec.model_spec import ConfigError, linear_modules, parse_config, plain_params
 from clef_format.read.safetensors import DTYPE_BITS, HeaderError, parse_header, read_header
-from hostile_cases import pristine
+from tests.scenarios.hostile_cases import pristine
 
 FUZZ = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -191,7 +191,7 @@ def test_atheris_fuzz_30s(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(script), f"-max_total_time={seconds}", "-rss_limit_mb=2048",
                            "-max_len=4096", "-timeout=10", str(tmp_path / "corpus"), str(seeds)],
                           capture_output=True, text=True, cwd=tmp_path, timeout=int(seconds) + 120,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
     tail = proc.stderr[-1500:]
     crashes = list(tmp_path.glob("crash-*")) + list(tmp_path.glob("timeout-*")) + list(tmp_path.glob("oom-*"))
     assert not crashes, [c.read_bytes()[:200] for c in crashes]

@@ -1,6 +1,6 @@
 """The serving hooks' CPU parts with torch only (no vLLM): head config, iterator, int8 module, completeness.
 
-The real-vLLM side (vLLM's Qwen3.5 model and loader) is tests/vllm/test_hooks.py. Here a plain
+The real-vLLM side (vLLM's Qwen3.5 model and loader) is tests/tier_vllm/test_hooks.py. Here a plain
 torch module named like vLLM's text-only Qwen3.5 stands in for the model, and a plain
 copy-by-name function for ``model.load_weights``: enough to run ``clef_format.vllm.load_weights``
 end to end on real fixture files.

@@ -1,6 +1,6 @@
 """The resolver's rules, on real compressed-tensors configs (presets serialized to dicts).
 
-Each test pins one documented vLLM rule (vllm-integration.md); tests/vllm proves the same
+Each test pins one documented vLLM rule (vllm-integration.md); tests/tier_vllm proves the same
 resolver equal to the real vLLM on these and generated configs.
 """
 
@@ -17,7 +17,7 @@ from clef_format.spec import schemes
 from clef_format.vllm_rules import names as vllm_names
 from clef_format.spec.model_spec import parse_config
 from clef_format.fixtures.configs import tiny_config
-from pattern_cases import fixture_configs, quant_dict, quantized_configs, with_quant
+from tests.vllm_rules.pattern_cases import fixture_configs, quant_dict, quantized_configs, with_quant
 
 MM = tiny_config(4)
 TEXT = tiny_config(4, multimodal=False)

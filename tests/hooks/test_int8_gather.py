@@ -329,7 +329,7 @@ def test_triton_kernel_under_interpreter() -> None:
     code = textwrap.dedent(
         """
         import torch
-        from tests.test_int8_gather import make_table, reference, assert_bits_equal, shard_bounds, CONFIGS
+        from tests.hooks.test_int8_gather import make_table, reference, assert_bits_equal, shard_bounds, CONFIGS
         from clef_format.vllm.int8_gather import gather_rows, gather_rows_shard, _gather_triton
         gen = torch.Generator().manual_seed(0)
         for vocab, hidden in [(1, 1), (37, 100), (200, 64)]:
@@ -352,7 +352,7 @@ def test_triton_kernel_under_interpreter() -> None:
         """
     )
     env = dict(os.environ, TRITON_INTERPRET="1")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root, timeout=600)
     assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stdout + res.stderr

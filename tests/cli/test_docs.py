@@ -7,7 +7,7 @@ from pathlib import Path
 from clef_format.cli.main import COMMANDS
 from clef_format.spec.findings import CODES
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
 
 def test_every_finding_code_is_in_the_readme():

@@ -15,7 +15,7 @@ from clef_format.read.checkpoint import read_checkpoint
 from clef_format.read.safetensors import read_header
 from clef_format.verify.run import verify_checkpoint
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TABLES = set(L.TABLE_NAMES)
 
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-import hooks_support as hs
+from tests.tier_vllm import hooks_support as hs
 from clef_format.spec import layouts as L
 from clef_format.spec import tables_format as TF
 from clef_format.compat import IncompatibleError

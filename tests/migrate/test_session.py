@@ -20,7 +20,7 @@ from clef_format.migrate.apply import Lock, make_target
 from clef_format.read.safetensors import read_header
 from clef_format.fixtures.hub_cache import build_hub_cache
 
-from test_migrate_helpers import backbone_digests, cli, file_digests, siblings, table_bytes, verified
+from tests.migrate.helpers import backbone_digests, cli, file_digests, siblings, table_bytes, verified
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:

@@ -18,7 +18,7 @@ from clef_format.cli.main import main
 from clef_format.verify.deep import deep_findings
 from clef_format.read.hashing import HashTask, hash_file, hash_many
 from clef_format.read.manifest import MANIFEST_NAME
-from hostile_cases import fresh_copy, pristine
+from tests.scenarios.hostile_cases import fresh_copy, pristine
 
 
 def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:

@@ -16,7 +16,7 @@ import pytest
 
 from clef_format.cli.main import main
 
-from test_migrate_helpers import backbone_digests, cli, siblings, table_bytes, verified
+from tests.migrate.helpers import backbone_digests, cli, siblings, table_bytes, verified
 
 # (phase, n): lock; journal writes (start, each finished file, staged, swapped); stage ticks and files
 # in the middle of writing; verify of the new tree; before / after the atomic swap; the cleanup steps.
