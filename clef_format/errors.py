@@ -28,15 +28,30 @@ class ClefError(Exception):
 
 
 class CouldNotRun(ClefError):
-    """Bad usage, or a path that is missing, unreadable or unlistable, or an interrupt: exit 2."""
+    """Bad usage, or a path that is missing, unreadable or unlistable, or an interrupt: exit 2.
+
+    ``code`` is the finding code the CLI reports it under (``usage-error``, ``path-not-found``,
+    ``unreadable``, ``unwritable``, ``interrupted``), ``fix`` what to do about it.
+    """
+
+    default_code = "unreadable"
+
+    def __init__(self, message: str, code: str | None = None, fix: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code or self.default_code
+        self.fix = fix
 
 
 class UsageError(CouldNotRun):
     """The arguments do not make a valid command."""
 
+    default_code = "usage-error"
+
 
 class PathNotFound(CouldNotRun, FileNotFoundError):
     """PATH is neither a directory nor a repo id present in the local cache."""
+
+    default_code = "path-not-found"
 
 
 class Refused(ClefError):

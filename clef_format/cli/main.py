@@ -10,18 +10,17 @@ Commands register themselves in ``COMMANDS``: name -> (module, help); the module
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from importlib import import_module
 
-from clef_format.errors import CouldNotRun
+from clef_format.errors import CouldNotRun, UsageError
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
-    from typing import Any, NoReturn, Sequence
+    from typing import NoReturn, Sequence
 
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+from clef_format.cli.output import EXIT_COULD_NOT_RUN, EXIT_OK
 
 #: Subcommand -> (module under clef_format.commands, one-line help).
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -38,19 +37,6 @@ DESCRIPTION = """Verify, migrate and serve split Clef checkpoints.
 layouts: original-release | layout-1 (BF16 tables in the backbone, plugin < 0.2.0) |
 layout-2 (int8 tables in clef_head/tables_int8.safetensors + requires_clef_vllm marker) |
 layout-2-unmarked (never serve; repair with migrate) | unknown"""
-
-
-def fail(message: str, as_json: bool, path: str | None = None) -> NoReturn:
-    """Could not run: one JSON object (with --json) or a message on stderr, exit 2."""
-    if as_json:
-        print(json.dumps({"path": path, "layout": None, "ok": False, "findings": [], "error": message}))
-    else:
-        print(f"clef-format: {message}", file=sys.stderr)
-    sys.exit(EXIT_USAGE)
-
-
-def emit_json(payload: Any) -> None:
-    print(json.dumps(payload, indent=2))
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
@@ -71,12 +57,19 @@ def _available() -> dict[str, tuple[str, str]]:
     return {name: spec for name, spec in COMMANDS.items() if find_spec(f"clef_format.cli.commands.{spec[0]}")}
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises ``UsageError`` instead of printing and exiting: the contract decides the output."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}", fix=f"see {self.prog} --help")
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="clef-format", description=DESCRIPTION, formatter_class=_Formatter)
+    parser = _Parser(prog="clef-format", description=DESCRIPTION, formatter_class=_Formatter)
     from clef_format import __version__
 
     parser.add_argument("--version", action="version", version=f"clef-format {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands = {only: COMMANDS[only]} if only in COMMANDS else _available()
     for name, (module, help_text) in commands.items():
         p = sub.add_parser(name, help=help_text, description=help_text, formatter_class=_Formatter)
@@ -84,26 +77,52 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _path_arg(args_in: list[str], command: str | None) -> str | None:
+    """PATH as typed, for the report of a command whose arguments did not parse."""
+    rest = args_in[args_in.index(command) + 1:] if command in args_in else []
+    return next((a for a in rest if not a.startswith("-")), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; every outcome, usage errors and SIGINT included, is a report and an exit status."""
     args_in = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in args_in if not a.startswith("-")), None)
-    parser = build_parser(only=first if first in COMMANDS else None)
-    args = parser.parse_args(args_in)
-    if not args.command:
-        parser.print_help()
-        return EXIT_USAGE
-    module = import_module(f"clef_format.cli.commands.{COMMANDS[args.command][0]}")
+    command = first if first in COMMANDS else None
+    as_json = "--json" in args_in
+    path = _path_arg(args_in, command)
     try:
+        parser = build_parser(only=command)
+        args = parser.parse_args(args_in)
+        if not args.command:
+            parser.print_help(sys.stderr)
+            raise UsageError("no command given", fix="clef-format COMMAND ...; see clef-format --help")
+        path = getattr(args, "path", path)
+        module = import_module(f"clef_format.cli.commands.{COMMANDS[args.command][0]}")
         return int(module.run(args))
     except CouldNotRun as exc:
-        fail(str(exc), bool(getattr(args, "json", False)), getattr(args, "path", None))
+        return _could_not_run(command, path, exc, as_json)
     except KeyboardInterrupt:
-        print("clef-format: interrupted", file=sys.stderr)
-        return 130
+        return _could_not_run(command, path, CouldNotRun(
+            "interrupted", code="interrupted",
+            fix="run the command again (an interrupted migrate resumes, or rolls back with --abort)"), as_json)
     except BrokenPipeError:  # `clef-format verify ... | head`: the reader left; not an error of ours
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
+
+
+def _could_not_run(command: str | None, path: str | None, exc: CouldNotRun, as_json: bool) -> int:
+    from clef_format.cli.output import could_not_run_report, emit_json
+
+    if command == "migrate" and exc.code == "interrupted":
+        exc.fix = f"clef-format migrate {path} resumes the interrupted run; add --abort to roll it back instead"
+    if as_json:
+        emit_json(could_not_run_report(command, path, exc).to_dict())
+    else:
+        print(f"clef-format: {exc}", file=sys.stderr)
+        if exc.fix:
+            print(f"  fix: {exc.fix}", file=sys.stderr)
+    return EXIT_COULD_NOT_RUN
 
 
 if __name__ == "__main__":  # pragma: no cover - run as the package's module, so exceptions are one class

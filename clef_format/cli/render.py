@@ -1,4 +1,5 @@
-"""Render a Report for a person: layout, files, then each finding with its fix. Plain ANSI: nothing heavy on this path."""
+"""Everything the CLI shows a person: reports (verify, migrate, manifest), the per-layer view, migration
+plans. Plain ANSI, nothing heavy: this is on the structure path of verify."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ if TYPE_CHECKING:
 import os
 import sys
 
-from clef_format.spec.findings import Report
+from clef_format.report import Report
 
 _COLOR = {"error": 31, "warning": 33, "info": 36, "green": 32}
 
@@ -35,13 +36,13 @@ def human_size(n: int) -> str:
     return f"{n} B"
 
 
-def render_report(report: Report, title: str = "verify") -> str:
+def render_report(report: Report, title: str | None = None) -> str:
     d: dict[str, Any] = report.to_dict()
     errors = sum(f.severity == "error" for f in report.findings)
     warnings = sum(f.severity == "warning" for f in report.findings)
     verdict = style("OK", "green", True) if report.ok else style("BROKEN", "error", True)
     lines = [
-        f"{style(title, bold=True)} {report.path}",
+        f"{style(title or report.command, bold=True)} {report.path}",
         f"  layout   {style(report.layout, bold=True)}",
         f"  result   {verdict}  ({errors} error(s), {warnings} warning(s))",
     ]
@@ -65,4 +66,79 @@ def render_report(report: Report, title: str = "verify") -> str:
         lines.append(f"        {f.message}")
         if f.fix:
             lines.append(f"        fix: {f.fix}")
+    return "\n".join(lines)
+
+
+def render_layers(view: dict[str, Any]) -> str:
+    """A plain-text table of the scheme per layer and the memory estimate (from ``LayersView.to_dict()``)."""
+    from clef_format.verify.layers import GIB, HEADROOM_BYTES
+
+    lines = [f"{view['arch']}: {len(view['rows'])} decoder layers"]
+    for r in view["rows"]:
+        groups = ", ".join(f"{k}={v}" for k, v in r["groups"].items())
+        lines.append(f"  {r['index']:3d} {r['attention']:17s} {groups}")
+    for k, v in view["other"].items():
+        lines.append(f"  {k}: {v}")
+    verdict = "fits" if view["fits_16gb"] else "does NOT fit"
+    lines.append(f"weights in vLLM: {view['weight_bytes'] / GIB:.2f} GiB; {verdict} a 16 GB card with "
+                 f"{HEADROOM_BYTES / GIB:.1f} GiB left for context, activations and KV cache")
+    return "\n".join(lines)
+
+
+def _quality_lines(quality: dict[str, dict[str, float]]) -> list[str]:
+    lines = []
+    for table, q in sorted(quality.items()):
+        lines.append(f"  {table}: relative error {q['rel_error'] * 100:.3f}%, mean row cosine {q['mean_row_cosine']:.7f}, "
+                     f"worst row cosine {q['min_row_cosine']:.7f}, worst row relative error {q['max_row_rel_error'] * 100:.3f}%")
+    return lines
+
+
+def _plan_lines(plan_dict: dict[str, Any]) -> list[str]:
+    lines = [f"step {plan_dict['revision']} ({plan_dict['direction']}): {plan_dict['from']} -> {plan_dict['to']}"]
+    for rel, n in plan_dict["read"].items():
+        lines.append(f"  read     {rel}  {human_size(n)}")
+    for rel, n in plan_dict["written"].items():
+        lines.append(f"  write    {rel}  {human_size(n)}")
+    for rel in plan_dict["removed"]:
+        lines.append(f"  remove   {rel}")
+    lines.append(f"  keep     {plan_dict['carried']} unchanged file(s), {human_size(plan_dict['bytes_carried'])}"
+                 + (f" ({plan_dict['carried_by']})" if "carried_by" in plan_dict else ""))
+    if "space_needed" in plan_dict:
+        lines.append(f"  space    {human_size(plan_dict['space_needed'])} needed while it runs")
+    for note in plan_dict["notes"]:
+        lines.append(f"  note     {note}")
+    return lines
+
+
+def render_migrate(report: Report) -> str:
+    d = report.to_dict()
+    lines = [render_report(report)]
+    if d.get("revision") is not None or d.get("pending"):
+        lines.append(f"  revision {d.get('revision')}" + (f"   interrupted run pending: {d['pending']}" if d.get("pending") else ""))
+    for note in d.get("recovered") or []:
+        lines.append(f"  recovery {note}")
+    for step in d.get("steps", []):
+        lines.append("")
+        lines.extend(_plan_lines(step["plan"]))
+        if step.get("quality"):
+            lines.append("  int8 table quality:")
+            lines.extend(_quality_lines(step["quality"]))
+        if step.get("carried_by"):
+            lines.append("  unchanged files came over by " + ", ".join(f"{k} x{v}" for k, v in step["carried_by"].items()))
+    if d.get("dry_run"):
+        lines.append("")
+        lines.append("dry run: nothing was written")
+    if d.get("message"):
+        lines.append("")
+        lines.append(d["message"])
+    return "\n".join(lines)
+
+
+def render_history(report: Report) -> str:
+    """``migrate --history``: the chain of steps."""
+    lines = ["base = layout-1 (BF16 tables in the backbone)"]
+    for h in report.details["history"]:
+        arrow = "<->" if h["reversible"] else " ->"
+        lines.append(f"{h['revision']:20} {h['from']} {arrow} {h['to']}   (down_revision {h['down_revision']}): "
+                     f"{h['description']}")
     return "\n".join(lines)

@@ -31,12 +31,13 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 from clef_format.errors import Refused
+from clef_format.progress import NO_PROGRESS, Progress
 from clef_format.read.checkpoint import Checkpoint, read_checkpoint
 from clef_format.read.hf_cache import blobs_dir
-from clef_format.spec.findings import Report
+from clef_format.report import Report
 from clef_format.migrate import fsutil
 from clef_format.migrate.plan import Plan, Safetensors
 from clef_format.migrate.writer import wait_all, write_output
@@ -60,15 +61,6 @@ def crashpoint(phase: str) -> None:
         hit = _crash_counts[phase] == int(n or 1)
     if hit:
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-class Progress(Protocol):
-    def add(self, description: str, total: int) -> Callable[[int], None]: ...
-
-
-class NoProgress:
-    def add(self, description: str, total: int) -> Callable[[int], None]:
-        return lambda n: None
 
 
 @dataclass
@@ -328,7 +320,7 @@ def _verify_staged(plan: Plan, target: Target, display: str) -> Report:
 def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | None = None,
              workers: int = 2) -> Result:
     """Stage, verify, swap, clean up. Raises ``OSError`` (rolled back: the original is intact) on failure."""
-    progress = progress or NoProgress()
+    progress = progress or NO_PROGRESS
     result = Result()
     t0 = time.perf_counter()
     fp = fingerprint(ck)

@@ -14,8 +14,10 @@ from typing import Any
 
 from clef_format.read.checkpoint import Checkpoint, read_checkpoint
 from clef_format.errors import CouldNotRun, NonFiniteRows, Refused
-from clef_format.spec.findings import Finding, Report, error, info
-from clef_format.migrate.apply import Lock, Progress, Target, carried_by_link, check_space, make_target, read_journal, recover, run_plan
+from clef_format.report import Report, ReportDraft
+from clef_format.spec.findings import Finding, error, info
+from clef_format.progress import Progress
+from clef_format.migrate.apply import Lock, Target, carried_by_link, check_space, make_target, read_journal, recover, run_plan
 from clef_format.migrate.plan import Plan
 
 
@@ -68,27 +70,40 @@ def _writable(target: Target) -> None:
                           "use --output DIR on a writable disk" if target.in_place else "pick a writable --output")
 
 
+def migrate_path(path: str, opts: Options, progress: Progress | None = None) -> Report:
+    """``clef-format migrate PATH``: find the checkpoint (a directory or a cached repo id), then ``migrate``.
+
+    Raises ``PathNotFound`` or ``CouldNotRun`` (permission denied) before anything is read.
+    """
+    from clef_format.read.hf_cache import locate_checkpoint
+
+    root = locate_checkpoint(path)
+    if not os.access(root, os.R_OK | os.X_OK):
+        raise CouldNotRun(f"{path}: permission denied", fix="run as a user who can read the checkpoint")
+    return migrate(root, path, opts, progress)
+
+
 def migrate(root: str, display: str, opts: Options, progress: Progress | None = None) -> Report:
     """Run (or plan) the migration of the checkpoint at ``root`` to ``opts.to``."""
     from clef_format import migrations
 
     ck = read_checkpoint(root)
     target = make_target(root, opts.output)
-    report = Report(path=display, layout=str(ck.layout))
+    report = ReportDraft(display, str(ck.layout))
     report.extra.update({"from": str(ck.layout), "to": opts.to, "dry_run": opts.dry_run, "steps": [],
                          "output": opts.output, "recovered": []})
     if opts.current:
         journal = read_journal(target)
         report.extra["revision"] = migrations.revision_of(str(ck.layout))
         report.extra["pending"] = f"{journal['revision']} {journal['direction']} ({journal['phase']})" if journal else None
-        return report
+        return report.freeze("migrate")
     try:
         _check_output(target, root)
         if target.in_place and ck.hf_snapshot:
             raise Refused("migrate-refused", f"{display} is a Hugging Face cache snapshot: its files are shared blobs "
                                              "and are never written", f"clef-format migrate {display} --to {opts.to} --output DIR")
         if opts.dry_run:
-            return _dry_run(ck, target, opts, report)
+            return _dry_run(ck, target, opts, report).freeze("migrate")
         _writable(target)
         with Lock(target):
             note = recover(target, ck, abort=opts.abort)
@@ -98,14 +113,14 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
             if opts.abort:
                 report.extra["message"] = note or "no interrupted migration to roll back"
                 report.layout = str(read_checkpoint(root).layout)
-                return report
+                return report.freeze("migrate")
             if not target.in_place and os.path.isdir(target.path) and os.listdir(target.path):
                 target = Target(target.path, target.path, True)  # a recovered output: go on from there
             ck = read_checkpoint(target.source)
             _run_steps(ck, target, opts, report, display, progress)
     except Refused as exc:
         report.findings.append(error(exc.code, exc.message, fix=exc.fix))
-    return report
+    return report.freeze("migrate")
 
 
 def _route(ck: Checkpoint, to: str) -> list[Any]:
@@ -129,7 +144,7 @@ def _refuse_blocking(ck: Checkpoint, plan: Plan, display: str, edge: Any) -> Non
         raise deep
 
 
-def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: Report) -> Report:
+def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft) -> ReportDraft:
     route = _route(ck, opts.to)
     if not route:
         report.extra["message"] = f"already at {opts.to}: nothing to do"
@@ -157,7 +172,7 @@ def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: Report) -> R
     return report
 
 
-def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: Report, display: str,
+def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft, display: str,
                progress: Progress | None) -> None:
     from clef_format.verify.run import verify_checkpoint
 

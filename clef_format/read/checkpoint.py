@@ -9,6 +9,7 @@ repository's ``blobs/``), and index entries are never used as paths before they 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -44,6 +45,7 @@ class Checkpoint:
         self.files: dict[str, int] = {}  # readable regular files: rel path -> size
         self.headers: dict[str, Header] = {}  # valid safetensors headers
         self.bad_headers: set[str] = set()
+        self.unreadable: set[str] = set()  # files or folders that could not be read or listed
         self.config: dict[str, Any] | None = None
         self.model: ModelConfig | None = None
         self.head_config: dict[str, Any] | None = None
@@ -71,12 +73,26 @@ def _escape_target(link: str, allowed: list[str]) -> str | None:
     return None if any(inside(target, a) for a in allowed) else target
 
 
+_UNREADABLE_FIX = "make it readable (chmod / chown), or run as a user who can read the whole checkpoint"
+
+
+def _unreadable(ck: Checkpoint, rel: str, what: str, exc: OSError) -> None:
+    """Record a file or folder that could not be read: a statement about access, never about content."""
+    ck.unreadable.add(rel)
+    ck.findings.append(error("unreadable", f"{rel} {what}: {exc.strerror or exc}", file=rel, fix=_UNREADABLE_FIX))
+
+
 def _scan_files(ck: Checkpoint) -> None:
     root_real = os.path.realpath(ck.root)
+
+    def unlistable(exc: OSError) -> None:
+        rel = os.path.relpath(exc.filename, ck.root).replace(os.sep, "/") if exc.filename else "."
+        _unreadable(ck, rel, "cannot be listed", exc)
+
     allowed = [root_real]
     if ck.hf_snapshot:
         allowed.append(os.path.realpath(blobs_dir(ck.root)))
-    for dirpath, dirnames, filenames in os.walk(ck.root, followlinks=False):
+    for dirpath, dirnames, filenames in os.walk(ck.root, onerror=unlistable, followlinks=False):
         rel_dir = os.path.relpath(dirpath, ck.root)
         keep = []
         for d in sorted(dirnames):
@@ -120,7 +136,11 @@ def _scan_files(ck: Checkpoint) -> None:
             try:
                 st = os.stat(full)
             except OSError as exc:
-                ck.findings.append(error("missing-file", f"{rel} cannot be read: {exc.strerror}", file=rel))
+                if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):  # a link to nothing: the file is missing
+                    ck.findings.append(error("missing-file", f"{rel} is a broken symlink: {exc.strerror}", file=rel,
+                                             fix="restore the file (re-download it)"))
+                else:
+                    _unreadable(ck, rel, "cannot be read", exc)
                 continue
             if not os.path.isfile(full):
                 continue
@@ -136,8 +156,13 @@ def _read_json(ck: Checkpoint, rel: str) -> Any:
         return None
     try:
         with open(ck.path(rel), "rb") as fh:
-            return json.loads(fh.read().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+            data = fh.read()
+    except OSError as exc:
+        _unreadable(ck, rel, "cannot be read", exc)
+        return None
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         ck.findings.append(error("bad-config", f"{rel} is not valid JSON: {exc}", file=rel,
                                  fix="restore the file from the original download"))
         return None
@@ -155,7 +180,7 @@ def _read_headers(ck: Checkpoint) -> None:
                                      fix="re-download this file; a truncated or corrupted download looks like this"))
         except OSError as exc:
             ck.bad_headers.add(rel)
-            ck.findings.append(error("bad-header", f"{rel} cannot be read: {exc.strerror}", file=rel))
+            _unreadable(ck, rel, "cannot be read", exc)
 
 
 

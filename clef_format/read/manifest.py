@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from typing import Any, NamedTuple
 
 from clef_format.read.checkpoint import MAX_JSON_BYTES, Checkpoint, safe_member
@@ -49,24 +48,6 @@ def build_manifest(digests: dict[str, str], sizes: dict[str, int]) -> dict[str, 
         "created_by": f"clef-format {__version__}",
         "files": {rel: {"size": sizes[rel], ALGORITHM: digests[rel]} for rel in sorted(digests)},
     }
-
-
-def write_manifest(root: str, manifest: dict[str, Any]) -> str:
-    """Write atomically (temp file, fsync, rename) so a crash never leaves half a manifest."""
-    target = os.path.join(root, MANIFEST_NAME)
-    fd, tmp = tempfile.mkstemp(prefix=".clef_manifest.", suffix=".tmp", dir=root)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(manifest, fh, indent=1, sort_keys=True)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return target
 
 
 def read_manifest(ck: Checkpoint) -> tuple[dict[str, ManifestEntry] | None, list[Finding]]:

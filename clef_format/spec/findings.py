@@ -6,12 +6,11 @@ Add new codes at the end of ``CODES``; never rename or remove one.
 
 from __future__ import annotations
 
-import json
 from clef_format.records import Record
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
-    from typing import Any, Iterable, Literal
+    from typing import Any, Literal
 
     Severity = Literal["error", "warning", "info"]
 else:
@@ -64,7 +63,17 @@ CODES: dict[str, str] = {
     "migrate-failed": "migrate failed while writing and rolled back; the checkpoint is unchanged",
     "table-nonfinite": "a source table row holds NaN or Inf; it cannot be quantized faithfully",
     "migrate-recovered": "migrate found an interrupted run and resumed, finished or rolled it back (info)",
+    "manifest-refused": "manifest would not write: a cache snapshot, or a checkpoint with errors (see --force)",
+    # the command could not run (exit 2): nothing was said about the checkpoint's content
+    "usage-error": "the command line is not a valid command (exit 2)",
+    "path-not-found": "PATH is neither a directory nor a repo id in the local Hugging Face cache (exit 2)",
+    "unreadable": "a file or directory could not be read or listed (permissions, I/O error); exit 2",
+    "unwritable": "a file or directory could not be written (permissions, read-only disk); exit 2",
+    "interrupted": "the command was interrupted (SIGINT); exit 2",
 }
+
+#: Codes that mean the command could not run: the CLI exits 2 when a report holds one of them.
+COULD_NOT_RUN: frozenset[str] = frozenset({"usage-error", "path-not-found", "unreadable", "unwritable", "interrupted"})
 
 
 class _FindingFields(Record):
@@ -109,37 +118,3 @@ def warning(code: str, message: str, **where: str | None) -> Finding:
 
 def info(code: str, message: str, **where: str | None) -> Finding:
     return Finding(code, "info", message, **where)
-
-
-class Report:
-    """What verify (or migrate) says about one checkpoint; rendered as text or one JSON object."""
-
-    def __init__(self, path: str, layout: str, findings: list[Finding] | None = None,
-                 extra: dict[str, Any] | None = None) -> None:
-        self.path = path
-        self.layout = layout
-        self.findings: list[Finding] = list(findings or [])
-        self.extra: dict[str, Any] = dict(extra or {})
-
-    @property
-    def ok(self) -> bool:
-        return not any(f.severity == "error" for f in self.findings)
-
-    def extend(self, findings: Iterable[Finding]) -> None:
-        self.findings.extend(findings)
-
-    def codes(self) -> set[str]:
-        return {f.code for f in self.findings}
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "path": self.path,
-            "layout": self.layout,
-            "ok": self.ok,
-            "findings": [f.to_dict() for f in self.findings],
-        }
-        out.update(self.extra)
-        return out
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=False)

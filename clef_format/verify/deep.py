@@ -24,7 +24,8 @@ from clef_format.spec import tables_format as TF
 from clef_format.read.checkpoint import Checkpoint
 from clef_format.read.hf_cache import etag_digest, local_dir_etag, snapshot_blob
 from clef_format.spec.findings import Finding, error, info, warning
-from clef_format.read.hashing import HashPool, HashTask, progress_bar
+from clef_format.progress import NO_PROGRESS
+from clef_format.read.hashing import HashPool, HashTask
 from clef_format.read.manifest import ALGORITHM as MANIFEST_ALGORITHM
 from clef_format.read.manifest import MANIFEST_NAME, read_manifest
 
@@ -282,7 +283,7 @@ def scale_findings(ck: Checkpoint) -> Iterator[Finding]:
 class DeepRun:
     """A deep verification in flight: hashing starts at once, so the structural checks run in its shadow."""
 
-    def __init__(self, ck: Checkpoint) -> None:
+    def __init__(self, ck: Checkpoint, progress: Any = None) -> None:
         self.ck = ck
         self.refs, self.unchecked, self.findings = gather_references(ck)
         tasks: dict[tuple[str, str], HashTask] = {}
@@ -295,8 +296,8 @@ class DeepRun:
                     size = 0
                 tasks[key] = HashTask(f"{ref.algorithm}:{ref.path}", ref.path, ref.algorithm, size)
         self.total = sum(t.size for t in tasks.values())
-        self._bar = progress_bar(self.total, f"hashing {len(tasks)} file(s)")
-        self.pool = HashPool(tasks.values(), self._bar.__enter__()).start()
+        advance = (progress or NO_PROGRESS).add(f"hashing {len(tasks)} file(s)", self.total)
+        self.pool = HashPool(tasks.values(), advance).start()
         self.scales = self.pool.after(lambda: list(scale_findings(ck)))
 
     def finish(self) -> list[Finding]:
@@ -305,7 +306,6 @@ class DeepRun:
             scale_out = self.scales.result()
         finally:
             done = {(r.key.split(":", 1)[1], r.algorithm): (r.digest, r.error) for r in self.pool.results()}
-            self._bar.__exit__(None, None, None)
         findings = list(self.findings)
         hash_problems = _hash_findings(self.refs, done)
         findings.extend(hash_problems)

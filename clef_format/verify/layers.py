@@ -12,6 +12,8 @@ from typing import Any, Mapping
 
 from clef_format.vllm_rules import matching as resolve, names as vllm_names
 from clef_format.spec import schemes
+from clef_format.report import Report
+from clef_format.spec.findings import error
 from clef_format.spec.model_spec import parse_config, plain_params
 
 GIB = 1024**3
@@ -86,15 +88,30 @@ def _numel(shape: tuple[int, ...]) -> int:
     return n
 
 
-def render(view: LayersView) -> str:
-    """A plain-text table (the CLI prints it)."""
-    lines = [f"{view.arch}: {len(view.rows)} decoder layers"]
-    for r in view.rows:
-        groups = ", ".join(f"{k}={v}" for k, v in r.groups.items())
-        lines.append(f"  {r.index:3d} {r.attention:17s} {groups}")
-    for k, v in view.other.items():
-        lines.append(f"  {k}: {v}")
-    verdict = "fits" if view.fits_16gb else "does NOT fit"
-    lines.append(f"weights in vLLM: {view.weight_bytes / GIB:.2f} GiB; {verdict} a 16 GB card with "
-                 f"{HEADROOM_BYTES / GIB:.1f} GiB left for context, activations and KV cache")
-    return "\n".join(lines)
+def layers_report(path: str) -> Report:
+    """``clef-format layers``: the view plus the findings of the pattern check (the same verify reports).
+
+    Reading problems of config.json (unreadable, not JSON, bad keys) are the report's findings and
+    there is no view; a view whose layers vLLM cannot build carries those errors as findings.
+    """
+    from clef_format.read.checkpoint import open_checkpoint
+    from clef_format.report import make_report
+    from clef_format.spec.layouts import CONFIG, TABLES
+    from clef_format.spec.model_spec import ConfigError
+    from clef_format.verify.checks.patterns import check_patterns
+    from clef_format.vllm_rules.matching import QuantConfigError
+
+    ck = open_checkpoint(path)
+    reading = [f for f in ck.findings if f.file in (CONFIG, None) or f.code == "unreadable"]
+    if ck.config is None or ck.model is None or ck.unreadable:
+        missing = [] if ck.has(CONFIG) or reading else [error("missing-file", f"{CONFIG} is missing", file=CONFIG,
+                                                             fix="restore config.json from the original download")]
+        return make_report("layers", path, str(ck.layout), reading + missing)
+    findings = reading + list(check_patterns(ck))
+    try:
+        view = layers_view(ck.config, int8_tables=ck.has(TABLES))
+    except (ConfigError, QuantConfigError) as exc:
+        if not any(f.severity == "error" for f in findings):
+            findings.append(error("quant-config-invalid", str(exc), file=CONFIG))
+        return make_report("layers", path, str(ck.layout), findings)
+    return make_report("layers", path, str(ck.layout), findings, view.to_dict())

@@ -1,4 +1,4 @@
-"""verify: read a checkpoint's structure, run every check, return one Report."""
+"""verify: read a checkpoint's structure, run every check, return one frozen Report."""
 
 from __future__ import annotations
 
@@ -6,13 +6,16 @@ TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to
 if TYPE_CHECKING:
     from typing import Any
 
+    from clef_format.progress import Progress
+
 from clef_format.read.checkpoint import Checkpoint, open_checkpoint
+from clef_format.report import Report, ReportDraft
+from clef_format.spec.findings import Finding, error
 from clef_format.verify.checks import CHECKS
-from clef_format.spec.findings import Finding, Report, error
 
 
 def plugin_findings(ck: Checkpoint, plugin_version: str, path: str) -> list[Finding]:
-    """What ``--plugin-version`` adds: the pair check of ``compat``, as a finding."""
+    """What ``--plugin-version`` adds: the pair check of ``spec.compat``, as a finding."""
     from clef_format.errors import IncompatibleError
     from clef_format.spec.compat import check_pair  # packaging: only when a version is asked about
     from clef_format.spec.marker import MarkerError, read_marker
@@ -38,14 +41,19 @@ def summary(ck: Checkpoint) -> dict[str, Any]:
 
 
 def verify_checkpoint(ck: Checkpoint, display_path: str, plugin_version: str | None = None,
-                      deep: bool = False) -> Report:
-    report = Report(path=display_path, layout=str(ck.layout))
+                      deep: bool = False, progress: Progress | None = None) -> Report:
+    """Every check on a checkpoint already read. When a file could not be read, only the reading
+    findings are reported: nothing is said about content that was never seen."""
+    report = ReportDraft(display_path, str(ck.layout))
     report.extend(ck.findings)
+    if ck.unreadable:
+        report.extra.update(summary(ck))
+        return report.freeze("verify")
     running = None
     if deep:
         from clef_format.verify.deep import DeepRun  # hashing and scale decoding live apart from the fast path
 
-        running = DeepRun(ck)  # hashing starts now; the checks below run in its shadow
+        running = DeepRun(ck, progress)  # hashing starts now; the checks below run in its shadow
     for check in CHECKS:
         report.extend(check(ck))
     if plugin_version is not None:
@@ -54,7 +62,7 @@ def verify_checkpoint(ck: Checkpoint, display_path: str, plugin_version: str | N
     if running is not None:
         report.extend(running.finish())
     report.extra.update(summary(ck))
-    return report
+    return report.freeze("verify")
 
 
 def verify(path: str, plugin_version: str | None = None, deep: bool = False) -> Report:

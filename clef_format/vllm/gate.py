@@ -35,6 +35,10 @@ def check_checkpoint(source: CheckpointSource, plugin_version: str) -> "Checkpoi
     from clef_format.spec.marker import MarkerError, read_marker
 
     ck = open_checkpoint(source)
+    if ck.unreadable:
+        first = next(f for f in ck.findings if f.code == "unreadable")
+        raise IncompatibleError("unreadable", first.message, first.fix or "make the checkpoint readable",
+                                [f for f in ck.findings if f.code == "unreadable"])
     path, snapshot = str(ck.root), ck.hf_snapshot
     try:
         marker = read_marker(ck.head_config) if isinstance(ck.head_config, dict) else None

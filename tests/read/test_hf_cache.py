@@ -98,11 +98,9 @@ def test_unknown_or_path_like_revision_is_not_found(cache: Path, rev: str) -> No
 
 
 def test_unknown_repo_exits_2(cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exc:
-        main(["verify", "clef-test/absent", "--json"])
-    assert exc.value.code == 2
-    out = capsys.readouterr().out
-    assert json.loads(out)["error"]
+    assert main(["verify", "clef-test/absent", "--json"]) == 2
+    out = json.loads(capsys.readouterr().out)
+    assert out["error"] and [f["code"] for f in out["findings"]] == ["path-not-found"]
 
 
 def test_snapshot_missing_config_is_verified_not_unfound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -178,7 +176,8 @@ def test_verify_deep_and_manifest_never_write_the_cache(cache: Path, capsys: pyt
     capsys.readouterr()
     assert main(["manifest", REPO, "--json"]) == 1
     refusal = json.loads(capsys.readouterr().out)
-    assert refusal["written"] is None and "never writes" in refusal["error"]
+    assert refusal["written"] is None and refusal["findings"][0]["code"] == "manifest-refused"
+    assert "never writes" in refusal["findings"][0]["message"]
     assert _tree_state(cache) == before
 
 

@@ -10,12 +10,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from clef_format.cli.main import emit_json
+    from clef_format.cli.output import finish
+    from clef_format.report import make_report
     from clef_format.spec.findings import CODES
 
-    if args.json:
-        emit_json({"codes": CODES})
-    else:
-        for code, meaning in CODES.items():
-            print(f"{code:24} {meaning}")
-    return 0
+    def human(r):  # type: ignore[no-untyped-def]
+        return "\n".join(f"{code:24} {meaning}" for code, meaning in r.details["codes"].items())
+
+    return finish(make_report("codes", None, None, [], {"codes": CODES}), args.json, human)

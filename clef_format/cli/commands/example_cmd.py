@@ -6,15 +6,16 @@ import argparse
 import os
 import sys
 
-from clef_format.cli.main import CouldNotRun
+from clef_format.errors import CouldNotRun, UsageError
+from clef_format.spec.layouts import Layout
 
-LAYOUT_CHOICES = ("original-release", "layout-1", "layout-2", "layout-2-unmarked")
+LAYOUT_CHOICES = tuple(str(layout) for layout in Layout if layout is not Layout.UNKNOWN)
 BUILD_CHOICES = ("nvfp4", "fp8", "hybrid", "mixed", "bf16")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", metavar="DIR", help="new (or empty) directory to build into")
-    p.add_argument("--layout", default="layout-2", choices=LAYOUT_CHOICES)
+    p.add_argument("--layout", default=Layout.LAYOUT_2.value, choices=LAYOUT_CHOICES)
     p.add_argument("--build", default="hybrid", choices=BUILD_CHOICES, help="which published build to imitate")
     p.add_argument("--full-size", action="store_true", help="9B names and shapes, sparse data (headers only)")
     p.add_argument("--no-verify", action="store_true", help="build only")
@@ -23,16 +24,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if os.path.exists(args.path) and (not os.path.isdir(args.path) or os.listdir(args.path)):
-        raise CouldNotRun(f"{args.path} exists and is not an empty directory; pick a new one")
+        raise UsageError(f"{args.path} exists and is not an empty directory", fix="pick a new directory")
     try:
         from clef_format.fixtures.builders import build_checkpoint
     except ImportError as exc:
-        raise CouldNotRun(f"the example builder needs the fixtures extra: pip install 'clef-format[fixtures]' ({exc})")
-    build_checkpoint(args.path, layout=args.layout, build=args.build, full_size=args.full_size)
+        raise CouldNotRun(f"the example builder needs the fixtures extra ({exc})",
+                          fix="pip install 'clef-format[fixtures]'") from None
+    try:
+        build_checkpoint(args.path, layout=args.layout, build=args.build, full_size=args.full_size)
+    except OSError as exc:
+        raise CouldNotRun(f"cannot build in {args.path}: {exc.strerror or exc}", code="unwritable",
+                          fix="pick a directory you can write") from None
     print(f"built a {'full-size' if args.full_size else 'tiny'} {args.build} checkpoint in {args.layout} at {args.path}",
           file=sys.stderr)
-    if args.no_verify:
-        return 0
-    from clef_format.cli.commands.verify_cmd import run as run_verify
+    from clef_format.cli.output import finish
+    from clef_format.cli.render import render_report
+    from clef_format.report import make_report
 
-    return run_verify(argparse.Namespace(path=args.path, json=args.json, deep=False, plugin_version=None, layers=False))
+    if args.no_verify:
+        return finish(make_report("example", args.path, args.layout, [], {"built": args.path}), args.json,
+                      lambda r: f"built {args.path}")
+    from clef_format.verify.run import verify
+
+    report = verify(args.path)
+    report = make_report("example", report.path, report.layout, report.findings, {**report.details, "built": args.path})
+    return finish(report, args.json, render_report)

@@ -11,37 +11,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
-    import os
+    from clef_format.cli.output import finish
+    from clef_format.cli.render import render_layers, render_report
+    from clef_format.verify.layers import layers_report
 
-    from clef_format.cli.main import EXIT_FINDINGS, EXIT_OK, CouldNotRun, emit_json
-    from clef_format.verify.layers import layers_view, render
-    from clef_format.spec.layouts import TABLES
-    from clef_format.spec.model_spec import ConfigError
-    from clef_format.vllm_rules.matching import QuantConfigError
+    report = layers_report(args.path)
 
-    from clef_format.read.hf_cache import PathNotFound, locate_checkpoint
+    def human(r):  # type: ignore[no-untyped-def]
+        text = render_report(r, title="layers") if r.findings or "rows" not in r.details else ""
+        return "\n\n".join(t for t in (text, render_layers(dict(r.details)) if "rows" in r.details else "") if t)
 
-    try:
-        root = locate_checkpoint(args.path)
-    except PathNotFound as exc:
-        raise CouldNotRun(str(exc)) from None
-    try:
-        with open(os.path.join(root, "config.json"), encoding="utf-8") as f:
-            config = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise CouldNotRun(f"{args.path}: cannot read config.json ({exc})") from None
-    try:
-        view = layers_view(config, int8_tables=os.path.exists(os.path.join(root, *TABLES.split("/"))))
-    except (ConfigError, QuantConfigError) as exc:
-        if args.json:
-            emit_json({"path": args.path, "ok": False, "error": str(exc)})
-        else:
-            print(f"clef-format: {exc}")
-        return EXIT_FINDINGS
-    if args.json:
-        emit_json({"path": args.path, "ok": not any(v.startswith("error") for r in view.rows for v in r.groups.values()),
-                   **view.to_dict()})
-    else:
-        print(render(view))
-    return EXIT_OK
+    return finish(report, args.json, human)

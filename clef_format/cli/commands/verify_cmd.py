@@ -1,10 +1,10 @@
-"""clef-format verify PATH [--json] [--deep] [--plugin-version V]"""
+"""clef-format verify PATH [--json] [--deep] [--plugin-version V] [--layers]"""
 
 from __future__ import annotations
 
 import argparse
 
-from clef_format.cli.main import EXIT_FINDINGS, EXIT_OK, CouldNotRun
+from clef_format.errors import CouldNotRun, UsageError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -15,40 +15,57 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", action="store_true", help="also show the per-layer view (see `clef-format layers`)")
 
 
+def check_plugin_version(value: str | None) -> None:
+    """A plugin version that is not a PEP 440 version is a usage error (exit 2), not a finding."""
+    if value is None:
+        return
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(value)
+    except InvalidVersion:
+        raise UsageError(f"--plugin-version {value!r} is not a version",
+                         fix="pass the installed clef-vllm version, e.g. --plugin-version 0.2.1") from None
+
+
 def run(args: argparse.Namespace) -> int:
-    from clef_format.read.hf_cache import PathNotFound
+    from clef_format.cli.output import finish
+    from clef_format.cli.render import render_layers, render_report
     from clef_format.read.checkpoint import open_checkpoint
     from clef_format.verify.run import verify_checkpoint
 
+    check_plugin_version(args.plugin_version)
     try:
         ck = open_checkpoint(args.path)
-        report = verify_checkpoint(ck, args.path, plugin_version=args.plugin_version, deep=args.deep)
-    except PathNotFound as exc:
-        raise CouldNotRun(str(exc)) from None
+    except CouldNotRun:
+        raise
     except OSError as exc:
         raise CouldNotRun(f"{args.path}: {exc.strerror or exc}") from None
-    view = _layers(ck) if getattr(args, "layers", False) else None
-    if args.json:
-        if view is not None:
-            report.extra["layers"] = view.to_dict()
-        print(report.to_json())
+    if args.deep:
+        from clef_format.cli.progress import TerminalProgress
+
+        with TerminalProgress() as progress:
+            report = verify_checkpoint(ck, args.path, plugin_version=args.plugin_version, deep=True, progress=progress)
     else:
-        from clef_format.cli.render import render_report
+        report = verify_checkpoint(ck, args.path, plugin_version=args.plugin_version)
+    view = _layers(ck) if args.layers and not report.could_not_run else None
+    if view is not None:
+        from clef_format.report import make_report
 
-        print(render_report(report))
-        if view is not None:
-            from clef_format.verify.layers import render
+        report = make_report(report.command, report.path, report.layout, report.findings,
+                             {**report.details, "layers": view.to_dict()})
 
-            print()
-            print(render(view))
-    return EXIT_OK if report.ok else EXIT_FINDINGS
+    def human(r):  # type: ignore[no-untyped-def]
+        return render_report(r) + ("\n\n" + render_layers(r.details["layers"]) if view is not None else "")
+
+    return finish(report, args.json, human)
 
 
 def _layers(ck):  # type: ignore[no-untyped-def]
     """The per-layer view of ``clef-format layers``, when config.json can give one."""
-    from clef_format.verify.layers import layers_view
     from clef_format.spec.layouts import TABLES
     from clef_format.spec.model_spec import ConfigError
+    from clef_format.verify.layers import layers_view
     from clef_format.vllm_rules.matching import QuantConfigError
 
     if ck.config is None:

@@ -1,0 +1,71 @@
+"""``clef-format manifest``: hash every file and write ``clef_manifest.json`` (the one writer of it).
+
+Refuses (a finding, exit 1) inside a Hugging Face cache snapshot, which is never written (its blob
+names already serve as a manifest), and when reading the checkpoint found errors (a truncated,
+unsafe or escaping file): a manifest must not bless a broken download, unless ``force``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Any
+
+from clef_format.errors import CouldNotRun
+from clef_format.progress import NO_PROGRESS, Progress
+from clef_format.read.checkpoint import open_checkpoint
+from clef_format.read.hashing import HashTask, hash_many
+from clef_format.read.manifest import ALGORITHM, MANIFEST_NAME, build_manifest, manifest_files
+from clef_format.report import Report, make_report
+from clef_format.spec.findings import error
+
+
+def write_manifest(root: str, manifest: dict[str, Any]) -> str:
+    """Write atomically (temp file, fsync, rename) so a crash never leaves half a manifest."""
+    target = os.path.join(root, MANIFEST_NAME)
+    fd, tmp = tempfile.mkstemp(prefix=".clef_manifest.", suffix=".tmp", dir=root)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(manifest, fh, indent=1, sort_keys=True)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return target
+
+
+def make_manifest(path: str, force: bool = False, progress: Progress | None = None) -> Report:
+    """Hash the checkpoint at ``path`` and write its manifest; a report with ``written`` (or a refusal)."""
+    ck = open_checkpoint(path)
+    layout = str(ck.layout)
+    details: dict[str, Any] = {"written": None, "algorithm": ALGORITHM}
+    if ck.unreadable:
+        return make_report("manifest", path, layout, ck.findings, details)
+    if ck.hf_snapshot:
+        return make_report("manifest", path, layout, [error(
+            "manifest-refused", f"{ck.root} is a Hugging Face cache snapshot, which clef-format never writes to",
+            fix=f"clef-format verify {path} --deep already checks it against the cache's blob names")], details)
+    errors = [f for f in ck.findings if f.severity == "error"]
+    if errors and not force:
+        refusal = error("manifest-refused", "reading the checkpoint found errors; a manifest would record a broken "
+                                           "download", fix=f"fix what clef-format verify {path} reports, or pass --force")
+        return make_report("manifest", path, layout, [refusal, *errors], details)
+    files = manifest_files(ck)
+    tasks = [HashTask(rel, ck.path(rel), ALGORITHM, size) for rel, size in files.items()]
+    results = hash_many(tasks, (progress or NO_PROGRESS).add(f"hashing {len(tasks)} file(s)", sum(files.values())))
+    unreadable = [f"{r.key}: {r.error}" for r in results if r.digest is None]
+    if unreadable:
+        raise CouldNotRun("cannot read " + "; ".join(unreadable))
+    digests = {r.key: r.digest for r in results if r.digest is not None}
+    try:
+        target = write_manifest(ck.root, build_manifest(digests, files))
+    except OSError as exc:
+        raise CouldNotRun(f"cannot write the manifest in {ck.root}: {exc.strerror or exc}", code="unwritable",
+                          fix="make the checkpoint directory writable, or run as its owner") from None
+    details.update({"written": target, "files": len(digests), "bytes": sum(files.values())})
+    return make_report("manifest", path, layout, [], details)
