@@ -49,18 +49,20 @@ _crash_lock = threading.Lock()
 
 
 def crashpoint(phase: str) -> None:
-    """SIGKILL this process at the n-th crash point of ``phase`` when CLEF_FORMAT_CRASH_AT says so."""
+    """Signal this process at the n-th crash point of ``phase`` when CLEF_FORMAT_CRASH_AT says so:
+    ``<phase>:<n>`` sends SIGKILL, ``<phase>:<n>:INT`` SIGINT (what Ctrl-C does)."""
     spec = os.environ.get(CRASH_ENV)
     if not spec:
         return
-    want, _, n = spec.partition(":")
+    want, _, rest = spec.partition(":")
     if want != phase:
         return
+    n, _, sig = rest.partition(":")
     with _crash_lock:
         _crash_counts[phase] = _crash_counts.get(phase, 0) + 1
         hit = _crash_counts[phase] == int(n or 1)
     if hit:
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGINT if sig == "INT" else signal.SIGKILL)
 
 
 @dataclass

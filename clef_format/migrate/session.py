@@ -88,6 +88,9 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
     from clef_format import migrations
 
     ck = read_checkpoint(root)
+    if ck.unreadable:
+        first = next(f for f in ck.findings if f.code == "unreadable")
+        raise CouldNotRun(f"{display}: {first.message}; nothing was written", fix=first.fix)
     target = make_target(root, opts.output)
     report = ReportDraft(display, str(ck.layout))
     report.extra.update({"from": str(ck.layout), "to": opts.to, "dry_run": opts.dry_run, "steps": [],

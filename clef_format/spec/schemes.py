@@ -12,7 +12,7 @@ TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to
 if TYPE_CHECKING:
     from typing import Iterable, Mapping
 
-from clef_format.read.safetensors import TensorInfo
+    from clef_format.read.safetensors import TensorInfo  # a (dtype, shape) record: only its fields are used
 
 UNQUANTIZED = "unquantized"
 FP8_W8A8 = "fp8-w8a8"
