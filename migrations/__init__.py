@@ -12,14 +12,24 @@ chain and has no way back.
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections import deque
+from functools import lru_cache
 from types import ModuleType
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
 
-from clef_format.read.checkpoint import Checkpoint
+from clef_format.errors import ClefError
 from clef_format.migrate.plan import Plan
+from clef_format.read.checkpoint import Checkpoint
+from clef_format.spec.layouts import Layout
 
-STEP_MODULES = ("v0001_int8_tables", "v0002_repair_marker")
+#: The layout the chain starts from (Alembic's ``base``).
+BASE_LAYOUT = Layout.LAYOUT_1.value
+_REQUIRED = ("revision", "down_revision", "from_layout", "to_layout", "description", "upgrade", "downgrade")
+
+
+class RevisionMapError(ClefError):
+    """The step modules do not form a valid chain (a bug in clef-format, found before any step runs)."""
 
 
 class Edge(NamedTuple):
@@ -42,8 +52,64 @@ class Edge(NamedTuple):
         return f"{self.revision} {self.direction}: {self.src} -> {self.dst}"
 
 
+def _discover() -> list[ModuleType]:
+    """Every ``vNNNN_*`` module of this package, like Alembic's scan of ``versions/``."""
+    names = sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name.startswith("v") and m.name[1:5].isdigit())
+    return [importlib.import_module(f"{__name__}.{name}") for name in names]
+
+
+def validate(found: Sequence[Any]) -> list[Any]:
+    """The steps ordered from the base, or ``RevisionMapError``: every attribute present, unique ids,
+    one base, every ``down_revision`` known, no cycle, each non-repair step starting where its
+    ``down_revision`` ends (the base layout for the first), each repair step ending on the chain."""
+    by_id: dict[str, Any] = {}
+    for step in found:
+        missing = [a for a in _REQUIRED if not hasattr(step, a)]
+        if missing:
+            raise RevisionMapError(f"step {getattr(step, '__name__', step)!r} lacks {', '.join(missing)}")
+        if step.revision in by_id:
+            raise RevisionMapError(f"duplicate revision id {step.revision!r}")
+        by_id[step.revision] = step
+    bases = [s for s in found if s.down_revision is None]
+    if len(bases) != 1:
+        raise RevisionMapError(f"the chain needs exactly one base step (down_revision None), found {len(bases)}")
+    for step in found:
+        seen: set[str] = set()
+        here: Any = step
+        while here.down_revision is not None:
+            if here.revision in seen:
+                raise RevisionMapError(f"cycle through {here.revision!r}")
+            seen.add(here.revision)
+            if here.down_revision not in by_id:
+                raise RevisionMapError(f"{here.revision!r} builds on unknown revision {here.down_revision!r}")
+            here = by_id[here.down_revision]
+    on_chain = {BASE_LAYOUT} | {s.to_layout for s in found if not getattr(s, "repair", False)}
+    for step in found:
+        if getattr(step, "repair", False):
+            if step.to_layout not in on_chain:
+                raise RevisionMapError(f"repair {step.revision!r} leads to {step.to_layout!r}, off the chain")
+            continue
+        start = BASE_LAYOUT if step.down_revision is None else by_id[step.down_revision].to_layout
+        if step.from_layout != start:
+            raise RevisionMapError(f"{step.revision!r} starts at {step.from_layout!r}, but its down_revision "
+                                   f"ends at {start!r}")
+    order: list[Any] = []
+    frontier = [bases[0]]
+    while frontier:
+        here = frontier.pop(0)
+        order.append(here)
+        frontier.extend(s for s in found if s.down_revision == here.revision)
+    return order
+
+
+@lru_cache(maxsize=None)
+def _steps() -> tuple[ModuleType, ...]:
+    return tuple(validate(_discover()))
+
+
 def steps() -> list[ModuleType]:
-    return [importlib.import_module(f"{__name__}.{name}") for name in STEP_MODULES]
+    """The validated steps, base first."""
+    return list(_steps())
 
 
 def edges() -> list[Edge]:
@@ -90,7 +156,7 @@ def history() -> list[dict[str, object]]:
 
 def revision_of(layout: str) -> str | None:
     """The revision a layout stands at (``base`` before the first step, None off the chain)."""
-    if layout == "layout-1":
+    if layout == BASE_LAYOUT:
         return "base"
     for s in steps():
         if s.to_layout == layout and not getattr(s, "repair", False):

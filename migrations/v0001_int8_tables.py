@@ -21,8 +21,8 @@ from clef_format.migrate.plan import Decoded, Plan, QuantScales, QuantValues, Sa
 
 revision = "0001_int8_tables"
 down_revision = None
-from_layout = "layout-1"
-to_layout = "layout-2"
+from_layout = L.Layout.LAYOUT_1.value
+to_layout = L.Layout.LAYOUT_2.value
 description = "int8 tables in clef_head/tables_int8.safetensors + requires_clef_vllm marker (2026-10-07)"
 
 SOURCE_DTYPES = ("BF16", "F16", "F32")

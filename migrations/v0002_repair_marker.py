@@ -17,8 +17,8 @@ from clef_format.migrate.plan import Plan
 
 revision = "0002_repair_marker"
 down_revision = "0001_int8_tables"
-from_layout = "layout-2-unmarked"
-to_layout = "layout-2"
+from_layout = L.Layout.LAYOUT_2_UNMARKED.value
+to_layout = L.Layout.LAYOUT_2.value
 description = "repair: add the requires_clef_vllm marker when the int8 tables verify"
 repair = True
 #: Verify findings about the tables file: any error among these means re-download, not repair.

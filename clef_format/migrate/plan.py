@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Union
 
-from clef_format.read.safetensors import DTYPE_BITS
+from clef_format.read.safetensors import DTYPE_BITS, encode_header, tensor_nbytes
 
 #: Header bytes reserved for metadata filled in after the data is written (the quality report).
 METADATA_RESERVE = 4096
@@ -74,10 +74,7 @@ class TensorOut:
 
     @property
     def nbytes(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n * DTYPE_BITS[self.dtype] // 8
+        return tensor_nbytes(self.dtype, self.shape)
 
 
 # ---- output files ---------------------------------------------------------------------------
@@ -191,29 +188,19 @@ class Plan:
 
 # ---- the safetensors header, computed the same way at plan time and at write time ------------
 
-def header_json(tensors: tuple[TensorOut, ...], metadata: Mapping[str, str]) -> dict[str, Any]:
-    header: dict[str, Any] = {}
-    if metadata:
-        header["__metadata__"] = dict(metadata)
-    offset = 0
-    for t in tensors:
-        header[t.name] = {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [offset, offset + t.nbytes]}
-        offset += t.nbytes
-    return header
-
-
 def header_bytes(out: Safetensors, metadata: Mapping[str, str] | None = None) -> bytes:
     """8-byte length + JSON padded with spaces to a multiple of 8 (plus the reserve, when asked)."""
+    entries = [(t.name, t.dtype, t.shape) for t in out.tensors]
     meta = dict(out.metadata if metadata is None else metadata)
-    raw = json.dumps(header_json(out.tensors, meta), separators=(",", ":")).encode()
-    if out.quality_metadata:
-        base = json.dumps(header_json(out.tensors, out.metadata), separators=(",", ":")).encode()
-        target = len(base) + METADATA_RESERVE
-        if len(raw) > target:
-            raise ValueError("metadata outgrew the reserved header space")
-        raw += b" " * (target - len(raw))
-    raw += b" " * (-len(raw) % 8)
-    return len(raw).to_bytes(8, "little") + raw
+    if not out.quality_metadata:
+        return encode_header(entries, meta)[0]
+    # the quality figures are written after the data: their room is reserved when the header is planned
+    reserve = len(encode_header(entries, dict(out.metadata))[0]) - 8 + METADATA_RESERVE
+    planned = len(encode_header(entries, dict(out.metadata), reserve)[0])
+    raw, _ = encode_header(entries, meta, reserve)
+    if len(raw) != planned:
+        raise ValueError("metadata outgrew the reserved header space")
+    return raw
 
 
 def aligned_insert_index(tensors: list[TensorOut]) -> int:

@@ -8,6 +8,8 @@ does not fix; a tables file that does not verify (repair); not enough free space
 
 from __future__ import annotations
 
+from clef_format.spec.layouts import Layout
+
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +25,7 @@ from clef_format.migrate.plan import Plan
 
 @dataclass
 class Options:
-    to: str = "layout-2"
+    to: str = Layout.LAYOUT_2
     output: str | None = None
     dry_run: bool = False
     abort: bool = False

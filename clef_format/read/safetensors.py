@@ -42,6 +42,43 @@ class HeaderError(FormatError):
         self.reason = reason
 
 
+def numel(shape: tuple[int, ...] | list[int]) -> int:
+    """Elements of a tensor of this shape (1 for a 0-dim scalar)."""
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def tensor_nbytes(dtype: str, shape: tuple[int, ...] | list[int]) -> int:
+    """Bytes a tensor takes in a safetensors file; ``ValueError`` when its bits are not whole bytes
+    (safetensors refuses an F4 ``[3]``: 12 bits)."""
+    bits = numel(shape) * DTYPE_BITS[dtype]
+    if bits % 8:
+        raise ValueError(f"{dtype}{list(shape)} is {bits} bits, not a whole number of bytes")
+    return bits // 8
+
+
+def encode_header(entries: list[tuple[str, str, tuple[int, ...]]], metadata: dict[str, str] | None = None,
+                  min_json_bytes: int = 0) -> tuple[bytes, int]:
+    """The bytes of a safetensors header for tensors stored in this order, and the data size after it.
+
+    8-byte little-endian length, then compact JSON padded with spaces to ``min_json_bytes`` and to a
+    multiple of 8 (what the Rust writer does, so every tensor stays aligned)."""
+    header: dict[str, Any] = {}
+    if metadata:
+        header["__metadata__"] = dict(metadata)
+    offset = 0
+    for name, dtype, shape in entries:
+        size = tensor_nbytes(dtype, shape)
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * max(0, min_json_bytes - len(raw))
+    raw += b" " * (-len(raw) % 8)
+    return len(raw).to_bytes(8, "little") + raw, offset
+
+
 class TensorInfo(Record):
     """One header entry (a NamedTuple: thousands are built per file, so construction must be cheap)."""
 
@@ -52,10 +89,7 @@ class TensorInfo(Record):
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return numel(self.shape)
 
     @property
     def nbytes(self) -> int:

@@ -39,7 +39,7 @@ def check_pair(layout: Layout, marker: SpecifierSet | None, plugin_version: str,
         raise IncompatibleError(
             "marker-missing",
             "int8 tables without a requires_clef_vllm marker (the 2026-10-07 downloads); no plugin may serve this",
-            f"repair it: {migrate_command(path, 'layout-2', snapshot)}")
+            f"repair it: {migrate_command(path, Layout.LAYOUT_2, snapshot)}")
     if layout is Layout.ORIGINAL_RELEASE:
         raise IncompatibleError(
             "plugin-incompatible", f"the original BF16 release is served with transformers, not {PLUGIN}",
@@ -54,7 +54,7 @@ def check_pair(layout: Layout, marker: SpecifierSet | None, plugin_version: str,
             raise IncompatibleError(
                 "plugin-incompatible",
                 f"layout-1 (BF16 tables inside the backbone) needs {PLUGIN}{spec}; {PLUGIN} {version} expects int8 tables",
-                f"migrate the weights: {migrate_command(path, 'layout-2', snapshot)}")
+                f"migrate the weights: {migrate_command(path, Layout.LAYOUT_2, snapshot)}")
         return
     spec = marker if marker is not None else SERVED_BY[Layout.LAYOUT_2]
     assert spec is not None
@@ -63,7 +63,7 @@ def check_pair(layout: Layout, marker: SpecifierSet | None, plugin_version: str,
             "plugin-incompatible",
             f"these weights require {PLUGIN}{spec}; {PLUGIN} {version} cannot serve them",
             f"install the plugin shipped with the checkpoint (pip install '{PLUGIN}{spec}'), "
-            f"or for {PLUGIN} 0.1.x: {migrate_command(path, 'layout-1', snapshot)}")
+            f"or for {PLUGIN} 0.1.x: {migrate_command(path, Layout.LAYOUT_1, snapshot)}")
 
 
 def expects_int8_tables(plugin_version: str) -> bool:

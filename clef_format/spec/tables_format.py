@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 
+from clef_format.spec.layouts import Layout
+
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
     from typing import Any, Mapping
@@ -33,7 +35,7 @@ SCALE_DTYPE = "F32"
 REQUIRED_METADATA: dict[str, str | None] = {
     "format": "pt",
     "clef_tables_format": FORMAT_VERSION,
-    "clef_layout": "layout-2",
+    "clef_layout": Layout.LAYOUT_2.value,
     "quantization": QUANT_METHOD,
     "source_dtype": None,  # dtype of the tables it was made from, e.g. "BF16"
     "quality": None,  # JSON: {table: {rel_error, mean_row_cosine, min_row_cosine, max_row_rel_error}}
@@ -58,7 +60,7 @@ def metadata_for(source_dtype: str, quality: Mapping[str, Mapping[str, float]]) 
     return {
         "format": "pt",
         "clef_tables_format": FORMAT_VERSION,
-        "clef_layout": "layout-2",
+        "clef_layout": Layout.LAYOUT_2.value,
         "quantization": QUANT_METHOD,
         "source_dtype": source_dtype,
         "quality": json.dumps({k: dict(v) for k, v in quality.items()}, sort_keys=True),

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from clef_format.vllm_rules import matching as resolve, names as vllm_names
 from clef_format.spec import schemes
+from clef_format.read.safetensors import numel
 from clef_format.report import Report
 from clef_format.spec.findings import error
 from clef_format.spec.model_spec import parse_config, plain_params
@@ -74,18 +75,11 @@ def layers_view(config: Mapping[str, Any], int8_tables: bool = True, version: st
         layer_bytes[layer.layer] = layer_bytes.get(layer.layer, 0) + size
     vocab, hidden = cfg.text.vocab_size, cfg.text.hidden_size
     total += vocab * (hidden + 4) if int8_tables else vocab * hidden * 2  # embed_tokens
-    total += sum(_numel(s) for s in plain_params(cfg).values()) * 2  # norms, conv1d, A_log...
+    total += sum(numel(s) for s in plain_params(cfg).values()) * 2  # norms, conv1d, A_log...
     rows = [LayerRow(i, cfg.text.layer_types[i], per_layer.get(i, {}), layer_bytes.get(i, 0))
             for i in range(cfg.text.num_layers)]
     return LayersView(model.arch, rows, {k: "/".join(sorted(v)) for k, v in other.items()}, total,
                       total + HEADROOM_BYTES <= CARD_BYTES)
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def layers_report(path: str) -> Report:

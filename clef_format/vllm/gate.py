@@ -44,7 +44,7 @@ def check_checkpoint(source: CheckpointSource, plugin_version: str) -> "Checkpoi
         marker = read_marker(ck.head_config) if isinstance(ck.head_config, dict) else None
     except MarkerError as exc:
         raise IncompatibleError("marker-invalid", str(exc),
-                                f"set the marker to \"{MARKER_VALUE}\": {migrate_command(path, 'layout-2', snapshot)}"
+                                f"set the marker to \"{MARKER_VALUE}\": {migrate_command(path, Layout.LAYOUT_2, snapshot)}"
                                 ) from None
     check_pair(ck.layout, marker, plugin_version, path=path, snapshot=snapshot)
     if ck.layout is Layout.LAYOUT_2 and not ck.has(TABLES) and TABLES not in ck.bad_headers:

@@ -38,7 +38,7 @@ def check_layout(ck: Checkpoint) -> Iterator[Finding]:
     if layout is Layout.LAYOUT_1:
         yield warning("legacy-layout",
                       "layout-1: BF16 tables inside the backbone; only clef-vllm < 0.2.0 serves it",
-                      fix=f"{migrate_command(path, 'layout-2', ck.hf_snapshot)} (2 GB smaller, ~2.4 GiB less GPU memory)")
+                      fix=f"{migrate_command(path, Layout.LAYOUT_2, ck.hf_snapshot)} (2 GB smaller, ~2.4 GiB less GPU memory)")
         missing = [t for t in (embed, lm_head) if t not in ck.backbone]
         for t in missing:
             yield error("tables-missing", f"{t} is missing from the backbone", tensor=t,
@@ -47,13 +47,13 @@ def check_layout(ck: Checkpoint) -> Iterator[Finding]:
         yield error("marker-missing",
                     f"int8 tables present but {L.HEAD_CONFIG} has no {L.MARKER_KEY} marker: an old plugin would "
                     "start and serve wrong answers (the 2026-10-07 downloads)",
-                    file=L.HEAD_CONFIG, fix=migrate_command(path, "layout-2", ck.hf_snapshot))
+                    file=L.HEAD_CONFIG, fix=migrate_command(path, Layout.LAYOUT_2, ck.hf_snapshot))
     if layout in (Layout.LAYOUT_2, Layout.LAYOUT_2_UNMARKED):
         if in_backbone and has_tables_file:
             for t in in_backbone:
                 yield error("tables-duplicated", f"{t} is both in the backbone and in {L.TABLES}", tensor=t,
                             file=ck.tensor_file[t],
-                            fix=f"re-download the backbone of this revision, or {migrate_command(path, 'layout-2', ck.hf_snapshot)}")
+                            fix=f"re-download the backbone of this revision, or {migrate_command(path, Layout.LAYOUT_2, ck.hf_snapshot)}")
         elif not has_tables_file:
             yield error("tables-missing", f"{L.TABLES} is missing" + (
                 f" (and the backbone still holds {', '.join(in_backbone)})" if in_backbone else ""),
@@ -64,4 +64,4 @@ def check_layout(ck: Checkpoint) -> Iterator[Finding]:
         except MarkerError as exc:
             yield error("marker-invalid", str(exc), file=L.HEAD_CONFIG,
                         fix=f"set \"{L.MARKER_KEY}\": \"{L.MARKER_VALUE}\" in {L.HEAD_CONFIG} "
-                            f"(or run {migrate_command(path, 'layout-2', ck.hf_snapshot)})")
+                            f"(or run {migrate_command(path, Layout.LAYOUT_2, ck.hf_snapshot)})")

@@ -1,0 +1,194 @@
+"""The import rules of docs/ARCHITECTURE.md, enforced: who may import whom, and who may import torch,
+vllm or rich; and the light packages really stay light when imported in a fresh interpreter.
+
+Imports are read from the source with ``ast`` (every import statement, at module level or inside a
+function, except those under ``if TYPE_CHECKING:``, which never run), so an arrow added anywhere in
+a module is seen without importing it.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[2] / "clef_format"
+
+#: Package (first component under clef_format) -> the clef_format packages it may import.
+ALLOWED: dict[str, set[str]] = {
+    "records": set(),
+    "errors": set(),
+    "progress": set(),
+    "spec": {"records", "errors"},
+    "read": {"spec", "records", "errors"},
+    "report": {"spec", "records"},
+    "vllm_rules": {"spec", "read", "records", "errors"},
+    "verify": {"spec", "read", "vllm_rules", "records", "errors", "report", "progress"},
+    "quant": {"spec", "errors", "records"},
+    "migrate": {"spec", "read", "verify", "quant", "migrations", "records", "errors", "report", "progress"},
+    "migrations": {"spec", "read", "errors", "records", "migrate.plan", "migrate.build"},
+    "fixtures": {"spec", "read", "quant", "records", "errors"},
+    "vllm": {"spec", "read", "verify", "quant", "records", "errors", "report", "progress"},
+    "cli": {"spec", "read", "vllm_rules", "verify", "quant", "migrate", "migrations", "fixtures", "records",
+            "errors", "report", "progress"},
+    # import paths kept for plugins: re-exports only
+    "compat": {"errors", "spec", "vllm"},
+    "int8_gather": {"vllm"},
+    "__main__": {"cli"},
+    "__init__": set(),
+}
+#: Third-party packages only some packages may import.
+RESTRICTED: dict[str, set[str]] = {
+    "torch": {"quant", "vllm", "fixtures"},
+    "triton": {"vllm"},
+    "vllm": {"vllm"},
+    "rich": {"cli"},
+    "transformers": {"fixtures"},
+    "compressed_tensors": {"fixtures"},
+}
+
+
+def _modules() -> list[Path]:
+    """Every module of the package, migrations/ and fixtures/ included (symlinked folders are followed)."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(PKG, followlinks=True):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        out.extend(Path(dirpath) / f for f in filenames if f.endswith(".py"))
+    return sorted(out)
+
+
+def _package(path: Path) -> str:
+    rel = path.relative_to(PKG).with_suffix("")
+    return rel.parts[0]
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    return isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+
+
+def imports_of(path: Path) -> list[str]:
+    """Absolute module names a file imports at run time (relative imports resolved)."""
+    tree = ast.parse(path.read_text())
+    here = ["clef_format", *path.relative_to(PKG).with_suffix("").parts]
+    out: list[str] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            out.extend(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[: len(here) - node.level] if path.name != "__init__.py" else here[: len(here) - node.level]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            out.append(mod)
+            out.extend(f"{mod}.{a.name}" for a in node.names)  # `from pkg import submodule`
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return out
+
+
+def _target(name: str) -> str | None:
+    """The clef_format package an import names (``migrate.plan`` kept whole for the planning primitives)."""
+    parts = name.split(".")
+    if parts[0] != "clef_format" or len(parts) < 2:
+        return None
+    if parts[1] == "migrate" and len(parts) > 2 and parts[2] in ("plan", "build"):
+        return f"migrate.{parts[2]}"
+    return parts[1] if (PKG / parts[1]).exists() or (PKG / f"{parts[1]}.py").exists() else None
+
+
+def violations() -> list[str]:
+    bad = []
+    for path in _modules():
+        pkg = _package(path)
+        allowed = ALLOWED[pkg] | {pkg}
+        for name in imports_of(path):
+            target = _target(name)
+            if target is not None:
+                ok = target in allowed or (target.startswith("migrate.") and "migrate" in allowed)
+                if not ok:
+                    bad.append(f"{path.relative_to(PKG)} imports {name} ({pkg} -> {target})")
+            top = name.split(".")[0]
+            if top in RESTRICTED and pkg not in RESTRICTED[top]:
+                bad.append(f"{path.relative_to(PKG)} imports {top}, allowed only in {sorted(RESTRICTED[top])}")
+    return bad
+
+
+def test_every_package_has_rules() -> None:
+    assert {_package(p) for p in _modules()} <= set(ALLOWED)
+
+
+def test_no_import_breaks_the_rules() -> None:
+    assert violations() == []
+
+
+def test_the_rules_catch_an_upward_arrow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checker itself: a step that imports the engine is reported."""
+    fake = PKG / "migrations" / "_arrow_probe.py"
+    fake.write_text("def f():\n    from clef_format.migrate.session import migrate\n")
+    try:
+        assert any("_arrow_probe" in v for v in violations())
+    finally:
+        fake.unlink()
+
+
+@pytest.mark.parametrize("module, heavy", [
+    ("clef_format.spec.layouts", ("torch", "numpy", "packaging", "huggingface_hub", "rich", "clef_format.read")),
+    ("clef_format.spec.findings", ("torch", "numpy", "packaging", "typing")),
+    ("clef_format.read.checkpoint", ("torch", "numpy", "huggingface_hub", "rich", "safetensors")),
+    ("clef_format.verify.run", ("torch", "numpy", "huggingface_hub", "rich", "safetensors", "clef_format.migrate")),
+    ("clef_format.vllm_rules.matching", ("torch", "vllm", "compressed_tensors", "transformers")),
+    ("clef_format.migrate.session", ("torch", "vllm", "rich")),
+    ("clef_format.vllm", ("torch", "vllm", "triton")),
+    ("clef_format.compat", ("torch", "vllm")),
+])
+def test_importing_stays_light(module: str, heavy: tuple[str, ...]) -> None:
+    code = (f"import sys, {module}\n"
+            f"print([m for m in {heavy!r} if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", f"{module} imports {out.strip()}"
+
+
+#: Packages that may write to the filesystem (docs/ARCHITECTURE.md): the migration engine (and the
+#: manifest writer in it) and the fixture builders.
+WRITERS = {"migrate", "fixtures"}
+_OS_WRITES = {"rename", "replace", "unlink", "remove", "mkdir", "makedirs", "rmdir", "removedirs", "link", "symlink",
+              "truncate", "ftruncate", "write", "pwrite", "pwritev", "chmod", "fchmod", "renames", "mkfifo",
+              "copy_file_range", "sendfile"}
+_SHUTIL_WRITES = {"rmtree", "copy", "copy2", "copyfile", "copytree", "move", "copymode", "copystat"}
+_PATH_WRITES = {"write_text", "write_bytes", "mkdir", "unlink", "rmdir", "touch", "rename", "chmod"}  # not replace: str has it
+
+
+def _writes(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
+            if (f.value.id == "os" and f.attr in _OS_WRITES) or (f.value.id == "shutil" and f.attr in _SHUTIL_WRITES):
+                found.append(f"{f.value.id}.{f.attr}")
+        elif isinstance(f, ast.Attribute) and f.attr in _PATH_WRITES and not isinstance(f.value, ast.Name):
+            found.append(f".{f.attr}")
+        elif isinstance(f, ast.Name) and f.id == "open":
+            mode = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "mode"), None)
+            if isinstance(mode, ast.Constant) and isinstance(mode.value, str) and set(mode.value) & set("wax+"):
+                found.append(f"open(..., {mode.value!r})")
+    return found
+
+
+def test_only_the_writers_write() -> None:
+    bad = [f"{p.relative_to(PKG)}: {', '.join(w)}" for p in _modules()
+           if _package(p) not in WRITERS and (w := _writes(p))]
+    assert bad == []
