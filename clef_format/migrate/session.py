@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clef_format.read.checkpoint import Checkpoint, read_checkpoint
-from clef_format.errors import CouldNotRun, NonFiniteRows, Refused
+from clef_format.errors import CouldNotRun, NonFiniteRows, Refused, UsageError
 from clef_format.report import Report, ReportDraft
 from clef_format.spec.findings import Finding, error, info
 from clef_format.progress import Progress
@@ -58,10 +58,10 @@ def _check_output(target: Target, root: str) -> None:
         return
     real_root = os.path.realpath(root)
     if target.path == real_root or target.path.startswith(real_root + os.sep):
-        raise CouldNotRun(f"--output {target.path} is inside the checkpoint; pick a directory outside it")
+        raise UsageError(f"--output {target.path} is inside the checkpoint", fix="pick a directory outside it")
     if os.path.lexists(target.path) and read_journal(target) is None:
         if not os.path.isdir(target.path) or os.listdir(target.path):
-            raise CouldNotRun(f"--output {target.path} exists and is not an empty directory")
+            raise UsageError(f"--output {target.path} exists and is not an empty directory", fix="pick a new or empty directory")
 
 
 def _writable(target: Target) -> None:
