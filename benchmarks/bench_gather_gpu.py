@@ -37,8 +37,8 @@ from typing import Callable
 
 import torch
 
-from clef_format.vllm.int8_gather import KernelConfig, _gather_triton, default_config, gather_rows
 from clef_format.quant.int8 import dequantize_rows, quantize_rows
+from clef_format.vllm.int8_gather import KernelConfig, _gather_triton, default_config, gather_rows
 
 # (case kind, number of ids, goal for fused/bf16)
 PREFILL = [("prefill", 4096), ("prefill", 8192), ("prefill 64x300", 19200)]

@@ -34,11 +34,11 @@ def build(root: Path, layers: int, vocab: int) -> int:
     import numpy as np
     import torch
 
-    from clef_format.read.safetensors import read_header
     from clef_format.fixtures.builders import backbone_tensors, build_checkpoint, write_json
     from clef_format.fixtures.configs import full_config
     from clef_format.fixtures.quant import build_quant_config
     from clef_format.fixtures.sparse import write_sparse
+    from clef_format.read.safetensors import read_header
 
     build_checkpoint(root, layout="layout-1", build="hybrid", full_size=True)
     config = full_config()

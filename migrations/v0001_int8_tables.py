@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 
-from clef_format.spec import layouts as L
-from clef_format.spec import tables_format as TF
-from clef_format.read.checkpoint import Checkpoint
-from clef_format.spec.marker import with_marker, without_marker
 from clef_format.errors import StepRefused
 from clef_format.migrate.build import carry_rest, rewrite_backbone, table_info, write_head_config
 from clef_format.migrate.plan import Decoded, Plan, QuantScales, QuantValues, Safetensors, TensorOut
+from clef_format.read.checkpoint import Checkpoint
+from clef_format.spec import layouts as L
+from clef_format.spec import tables_format as TF
+from clef_format.spec.marker import with_marker, without_marker
 
 revision = "0001_int8_tables"
 down_revision = None

@@ -8,12 +8,12 @@ reason to ever produce the unmarked state again.
 
 from __future__ import annotations
 
-from clef_format.spec import layouts as L
-from clef_format.read.checkpoint import Checkpoint
-from clef_format.spec.marker import with_marker
 from clef_format.errors import StepRefused
 from clef_format.migrate.build import carry_rest, write_head_config
 from clef_format.migrate.plan import Plan
+from clef_format.read.checkpoint import Checkpoint
+from clef_format.spec import layouts as L
+from clef_format.spec.marker import with_marker
 
 revision = "0002_repair_marker"
 down_revision = "0001_int8_tables"

@@ -35,8 +35,14 @@ class TerminalProgress:
     def __enter__(self) -> TerminalProgress:
         if stderr_is_terminal():
             from rich.console import Console
-            from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
-                                       TransferSpeedColumn)
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+                TransferSpeedColumn,
+            )
 
             console = Console(stderr=True)
             self._rich = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),

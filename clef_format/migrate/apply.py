@@ -31,16 +31,16 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from clef_format.errors import Refused
+from clef_format.migrate import fsutil
+from clef_format.migrate.plan import Plan, Safetensors
+from clef_format.migrate.writer import wait_all, write_output
 from clef_format.progress import NO_PROGRESS, Progress
 from clef_format.read.checkpoint import Checkpoint, read_checkpoint
 from clef_format.read.hf_cache import blobs_dir
 from clef_format.report import Report
-from clef_format.migrate import fsutil
-from clef_format.migrate.plan import Plan, Safetensors
-from clef_format.migrate.writer import wait_all, write_output
 
 CRASH_ENV = "CLEF_FORMAT_CRASH_AT"
 JOURNAL_VERSION = 1

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from clef_format.spec import layouts as L
-from clef_format.read.checkpoint import Checkpoint
-from clef_format.read.safetensors import TensorInfo
 from clef_format.errors import StepRefused
 from clef_format.migrate.plan import FileBytes, IndexFile, JsonFile, Plan, Safetensors, TensorOut, aligned_insert_index
-
+from clef_format.read.checkpoint import Checkpoint
+from clef_format.read.safetensors import TensorInfo
+from clef_format.spec import layouts as L
 
 
 def source_tensors(ck: Checkpoint, rel: str) -> list[TensorOut]:

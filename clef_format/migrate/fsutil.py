@@ -14,6 +14,8 @@ import os
 import shutil
 import stat
 
+from clef_format.read.paths import inside
+
 RENAME_EXCHANGE = 2
 AT_FDCWD = -100
 FICLONE = 0x40049409
@@ -123,7 +125,7 @@ def replicate(src_root: str, dst_root: str, skip: set[str], in_place: bool, allo
                     how[rel] = "symlink"
                     continue
                 real = os.path.realpath(full)
-                if not any(real == a or real.startswith(a.rstrip(os.sep) + os.sep) for a in allowed_real):
+                if not any(inside(real, a) for a in allowed_real):
                     how[rel] = "skipped (symlink leaves the checkpoint)"
                     continue
                 if os.path.isdir(real):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from clef_format.spec import layouts as L
 from clef_format.read.checkpoint import Checkpoint
+from clef_format.spec import layouts as L
 
 CHUNK = 16 * 1024 * 1024
 

@@ -8,19 +8,28 @@ does not fix; a tables file that does not verify (repair); not enough free space
 
 from __future__ import annotations
 
-from clef_format.spec.layouts import Layout
-
 import os
 from dataclasses import dataclass
 from typing import Any
 
-from clef_format.read.checkpoint import Checkpoint, read_checkpoint
 from clef_format.errors import CouldNotRun, NonFiniteRows, Refused, UsageError
+from clef_format.migrate.apply import (
+    Lock,
+    Target,
+    carried_by_link,
+    check_space,
+    make_target,
+    read_journal,
+    recover,
+    run_plan,
+)
+from clef_format.migrate.plan import Plan
+from clef_format.progress import Progress
+from clef_format.read.checkpoint import Checkpoint, read_checkpoint
+from clef_format.read.paths import inside
 from clef_format.report import Report, ReportDraft
 from clef_format.spec.findings import Finding, error, info
-from clef_format.progress import Progress
-from clef_format.migrate.apply import Lock, Target, carried_by_link, check_space, make_target, read_journal, recover, run_plan
-from clef_format.migrate.plan import Plan
+from clef_format.spec.layouts import Layout
 
 
 @dataclass
@@ -57,7 +66,7 @@ def _check_output(target: Target, root: str) -> None:
     if target.in_place:
         return
     real_root = os.path.realpath(root)
-    if target.path == real_root or target.path.startswith(real_root + os.sep):
+    if inside(target.path, real_root):
         raise UsageError(f"--output {target.path} is inside the checkpoint", fix="pick a directory outside it")
     if os.path.lexists(target.path) and read_journal(target) is None:
         if not os.path.isdir(target.path) or os.listdir(target.path):

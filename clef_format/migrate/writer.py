@@ -15,7 +15,18 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator
 
-from clef_format.migrate.plan import Decoded, FileBytes, IndexFile, JsonFile, OutFile, QuantScales, QuantValues, Safetensors, TensorOut, header_bytes
+from clef_format.migrate.plan import (
+    Decoded,
+    FileBytes,
+    IndexFile,
+    JsonFile,
+    OutFile,
+    QuantScales,
+    QuantValues,
+    Safetensors,
+    TensorOut,
+    header_bytes,
+)
 
 Tick = Callable[[int], None]
 #: Bytes per copy_file_range call (a progress tick and a crash point each).

@@ -18,13 +18,13 @@ TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to
 if TYPE_CHECKING:
     from typing import Any
 
+from clef_format.read.hf_cache import blobs_dir, is_hf_snapshot
+from clef_format.read.paths import inside, safe_member
+from clef_format.read.safetensors import Header, HeaderError, TensorInfo, read_header
 from clef_format.spec import layouts as L
 from clef_format.spec.findings import Finding, error, warning
 from clef_format.spec.layouts import Layout, LayoutFacts
 from clef_format.spec.model_spec import ConfigError, ModelConfig, parse_config, table_names
-from clef_format.read.hf_cache import blobs_dir, is_hf_snapshot
-from clef_format.read.paths import inside, safe_member
-from clef_format.read.safetensors import Header, HeaderError, TensorInfo, read_header
 
 #: Largest JSON config read (the real ones are a few KB; the index is ~100 KB).
 MAX_JSON_BYTES = 16 * 1024 * 1024

@@ -19,7 +19,7 @@ import hashlib
 import os
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Iterable, NamedTuple, TypeVar
+from typing import Callable, Iterable, NamedTuple, TypeVar
 
 ALGORITHMS = ("sha256", "git-sha1", "blake3")
 

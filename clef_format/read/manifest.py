@@ -16,7 +16,6 @@ already are a manifest); a manifest shipped *in* a repo is itself checked agains
 from __future__ import annotations
 
 import json
-import os
 import re
 from typing import Any, NamedTuple
 

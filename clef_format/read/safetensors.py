@@ -8,11 +8,11 @@ claims a huge header costs nothing.
 
 from __future__ import annotations
 
-from clef_format.errors import FormatError
-
 import json
 import os
 import struct
+
+from clef_format.errors import FormatError
 from clef_format.records import Record
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import

@@ -9,9 +9,9 @@ layer-internal naming detail can never be reported as a broken head.
 
 from __future__ import annotations
 
-from clef_format.errors import FormatError
-
 import re
+
+from clef_format.errors import FormatError
 from clef_format.records import Record
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import

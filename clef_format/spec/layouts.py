@@ -6,6 +6,7 @@ One source of truth for where things live in a Clef checkpoint (DESIGN.md, "Layo
 from __future__ import annotations
 
 from enum import Enum
+
 from clef_format.records import Record
 
 

@@ -7,9 +7,9 @@ separately from plain parameters because their stored tensors depend on the quan
 
 from __future__ import annotations
 
-from clef_format.errors import FormatError
-
 from functools import lru_cache
+
+from clef_format.errors import FormatError
 from clef_format.records import Record
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import

@@ -19,16 +19,15 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable, Iterator, NamedTuple
 
-from clef_format.spec import layouts as L
-from clef_format.spec import tables_format as TF
-from clef_format.read.checkpoint import Checkpoint
-from clef_format.read.hf_cache import etag_digest, local_dir_etag, snapshot_blob
-from clef_format.spec.findings import Finding, error, info, warning
 from clef_format.progress import NO_PROGRESS
+from clef_format.read.checkpoint import Checkpoint
 from clef_format.read.hashing import HashPool, HashTask
+from clef_format.read.hf_cache import etag_digest, local_dir_etag, snapshot_blob
 from clef_format.read.manifest import ALGORITHM as MANIFEST_ALGORITHM
 from clef_format.read.manifest import MANIFEST_NAME, read_manifest
-
+from clef_format.spec import layouts as L
+from clef_format.spec import tables_format as TF
+from clef_format.spec.findings import Finding, error, info, warning
 
 #: Largest finite value per source dtype (a scale times the quantized maximum must stay below it).
 DTYPE_MAX = {"BF16": 3.3895313892515355e38, "F16": 65504.0, "F32": 3.4028234663852886e38}

@@ -10,12 +10,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from clef_format.vllm_rules import matching as resolve, names as vllm_names
-from clef_format.spec import schemes
 from clef_format.read.safetensors import numel
 from clef_format.report import Report
+from clef_format.spec import schemes
 from clef_format.spec.findings import error
 from clef_format.spec.model_spec import parse_config, plain_params
+from clef_format.vllm_rules import matching as resolve
+from clef_format.vllm_rules import names as vllm_names
 
 GIB = 1024**3
 CARD_BYTES = 16 * GIB

@@ -30,9 +30,9 @@ def check_checkpoint(source: CheckpointSource, plugin_version: str) -> "Checkpoi
     scales' sign bits, no torch. Raises ``PathNotFound`` when the checkpoint does not exist.
     """
     from clef_format.read.checkpoint import open_checkpoint
+    from clef_format.spec.marker import MarkerError, read_marker
     from clef_format.verify.checks.layout import check_layout
     from clef_format.verify.checks.tables import check_tables
-    from clef_format.spec.marker import MarkerError, read_marker
 
     ck = open_checkpoint(source)
     if ck.unreadable:

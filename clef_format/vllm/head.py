@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from clef_format.errors import IncompatibleError
-from clef_format.vllm.gate import CheckpointSource, check_checkpoint
 from clef_format.spec.joint_head import HeadConfigError, parse_head_config
 from clef_format.spec.marker import without_marker
+from clef_format.vllm.gate import CheckpointSource, check_checkpoint
 
 
 def head_config(source: CheckpointSource, plugin_version: str) -> dict[str, Any]:

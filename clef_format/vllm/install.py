@@ -10,9 +10,9 @@ from typing import Any, Callable, Iterable, Optional
 
 import torch
 
-from clef_format.vllm.gate import CheckpointSource, check_checkpoint
 from clef_format.spec.layouts import Layout
 from clef_format.vllm.completeness import WriteTracker
+from clef_format.vllm.gate import CheckpointSource, check_checkpoint
 from clef_format.vllm.int8_tables import AllReduce, Int8Tables, load_int8_tables
 from clef_format.vllm.weights import _stream, skipped_tensors
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
-from clef_format.vllm.gate import CheckpointSource, check_checkpoint
 from clef_format.spec.layouts import Layout
+from clef_format.vllm.gate import CheckpointSource, check_checkpoint
 
 if TYPE_CHECKING:
     import torch

@@ -11,20 +11,20 @@ the scheme the stored tensors imply for each module.
 
 from __future__ import annotations
 
-from clef_format.errors import FormatError
-
 import re
 from functools import lru_cache
+
+from clef_format.errors import FormatError
 from clef_format.records import Record
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
     from typing import Any, Iterable, Mapping
 
-from clef_format.spec import schemes
-from clef_format.vllm_rules import names as vllm_names
-from clef_format.spec.model_spec import ConfigError, LinearSpec, ModelConfig, linear_modules, parse_config
 from clef_format.read.safetensors import TensorInfo
+from clef_format.spec import schemes
+from clef_format.spec.model_spec import ConfigError, LinearSpec, ModelConfig, linear_modules, parse_config
+from clef_format.vllm_rules import names as vllm_names
 from clef_format.vllm_rules.names import DEFAULT_VLLM, VllmLayer, VllmModel, rules_for
 
 # Scheme names beyond schemes.py's three (named after vLLM's CompressedTensors* classes).

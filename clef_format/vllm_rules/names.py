@@ -12,6 +12,7 @@ The rules that differ between vLLM versions live in ``VERSION_RULES`` and nowher
 from __future__ import annotations
 
 from functools import lru_cache
+
 from clef_format.records import Record
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import

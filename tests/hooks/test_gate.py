@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from packaging.specifiers import SpecifierSet
 
-from clef_format.spec import layouts as L
-from clef_format.read.checkpoint import read_checkpoint
 from clef_format.compat import SERVED_BY, IncompatibleError, check_checkpoint, check_pair, expects_int8_tables
-from clef_format.spec.findings import CODES
+from clef_format.read.checkpoint import read_checkpoint
 from clef_format.read.hf_cache import PathNotFound
+from clef_format.spec import layouts as L
+from clef_format.spec.findings import CODES
 from clef_format.spec.layouts import Layout
 from clef_format.verify.run import verify
 

@@ -19,13 +19,23 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from clef_format.compat import IncompatibleError
+from clef_format.fixtures.builders import HEAD_CODE
+from clef_format.quant.int8 import dequantize_rows, quantize_rows
+from clef_format.read.checkpoint import read_checkpoint
 from clef_format.spec import layouts as L
 from clef_format.spec import tables_format as TF
-from clef_format.read.checkpoint import read_checkpoint
-from clef_format.compat import IncompatibleError
-from clef_format.quant.int8 import dequantize_rows, quantize_rows
-from clef_format.vllm import Int8VocabEmbedding, UnwrittenParametersError, WriteTracker, backbone_weights, head_config, install_int8_tables, load_int8_tables, load_weights, shard_range
-from clef_format.fixtures.builders import HEAD_CODE
+from clef_format.vllm import (
+    Int8VocabEmbedding,
+    UnwrittenParametersError,
+    WriteTracker,
+    backbone_weights,
+    head_config,
+    install_int8_tables,
+    load_int8_tables,
+    load_weights,
+    shard_range,
+)
 
 NEW, OLD = "0.2.0", "0.1.3"
 EMBED = "model.embed_tokens.weight"

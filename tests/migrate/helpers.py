@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from clef_format.spec import layouts as L
 from clef_format.read.checkpoint import read_checkpoint
 from clef_format.read.safetensors import read_header
+from clef_format.spec import layouts as L
 from clef_format.verify.run import verify_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]

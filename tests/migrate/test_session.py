@@ -12,14 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from clef_format.cli.main import main
+from clef_format.fixtures.hub_cache import build_hub_cache
+from clef_format.migrate.apply import Lock, make_target
+from clef_format.read.checkpoint import read_checkpoint
+from clef_format.read.safetensors import read_header
 from clef_format.spec import layouts as L
 from clef_format.spec import tables_format as TF
-from clef_format.read.checkpoint import read_checkpoint
-from clef_format.cli.main import main
-from clef_format.migrate.apply import Lock, make_target
-from clef_format.read.safetensors import read_header
-from clef_format.fixtures.hub_cache import build_hub_cache
-
 from tests.migrate.helpers import backbone_digests, cli, file_digests, siblings, table_bytes, verified
 
 

@@ -16,10 +16,10 @@ import sys
 import atheris
 
 with atheris.instrument_imports():
+    from clef_format.read.safetensors import HeaderError, parse_header
     from clef_format.spec.joint_head import HeadConfigError, parse_head_config
     from clef_format.spec.marker import MarkerError, parse_marker
     from clef_format.spec.model_spec import ConfigError, parse_config
-    from clef_format.read.safetensors import HeaderError, parse_header
 
 
 def one_input(data: bytes) -> None:

@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
-from clef_format.spec import layouts as L
 from clef_format.read.safetensors import read_header
+from clef_format.spec import layouts as L
 
 BACKBONE = L.BACKBONE_SINGLE
 HEAD = L.HEAD_WEIGHTS

@@ -17,13 +17,13 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clef_format.spec import layouts as L
 from clef_format.read.checkpoint import read_checkpoint
-from clef_format.verify.checks import CHECKS
+from clef_format.read.safetensors import DTYPE_BITS, HeaderError, parse_header, read_header
+from clef_format.spec import layouts as L
 from clef_format.spec.joint_head import HeadConfigError, parse_head_config
 from clef_format.spec.marker import MarkerError, parse_marker
 from clef_format.spec.model_spec import ConfigError, linear_modules, parse_config, plain_params
-from clef_format.read.safetensors import DTYPE_BITS, HeaderError, parse_header, read_header
+from clef_format.verify.checks import CHECKS
 from tests.scenarios.hostile_cases import pristine
 
 FUZZ = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])

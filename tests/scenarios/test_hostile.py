@@ -23,7 +23,15 @@ from hypothesis import strategies as st
 
 from clef_format.cli.main import main
 from clef_format.read.safetensors import HeaderError, read_header
-from tests.scenarios.hostile_cases import CASES, CASES_BY_NAME, Case, fresh_copy, ours_accepts, pristine, safe_open_accepts
+from tests.scenarios.hostile_cases import (
+    CASES,
+    CASES_BY_NAME,
+    Case,
+    fresh_copy,
+    ours_accepts,
+    pristine,
+    safe_open_accepts,
+)
 
 #: Python heap a non-deep verify may use on any corpus case (the tiny checkpoint needs ~2 MB).
 MEMORY_BOUND = 24 * 1024 * 1024

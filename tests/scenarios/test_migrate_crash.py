@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from clef_format.cli.main import main
-
 from tests.migrate.helpers import backbone_digests, cli, siblings, table_bytes, verified
 
 # (phase, n): lock; journal writes (start, each finished file, staged, swapped); stage ticks and files

@@ -6,8 +6,15 @@ import pytest
 import torch
 from transformers import Qwen3_5Config, Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration, Qwen3_5TextConfig
 
-from clef_format.spec.model_spec import ConfigError, linear_modules, parse_config, plain_params, table_names, table_shape
 from clef_format.fixtures.configs import full_config, tiny_config
+from clef_format.spec.model_spec import (
+    ConfigError,
+    linear_modules,
+    parse_config,
+    plain_params,
+    table_names,
+    table_shape,
+)
 
 
 def _spec_shapes(config: dict) -> dict[str, tuple[int, ...]]:

@@ -13,10 +13,10 @@ from compressed_tensors.utils.match import is_match, match_name, match_targets
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from clef_format.fixtures.configs import tiny_config
+from clef_format.spec.model_spec import parse_config
 from clef_format.vllm_rules import matching as R
 from clef_format.vllm_rules import names as vllm_names
-from clef_format.spec.model_spec import parse_config
-from clef_format.fixtures.configs import tiny_config
 from tests.vllm_rules.pattern_cases import IGNORES, TARGETS, quant_configs
 
 CFG = parse_config(tiny_config(4))

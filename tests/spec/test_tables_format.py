@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors import safe_open
 
+from clef_format.quant.int8 import dequantize_rows
 from clef_format.spec import layouts as L
 from clef_format.spec import tables_format as TF
 from clef_format.verify.checks.tables import bad_f32_indexes
-from clef_format.quant.int8 import dequantize_rows
 
 
 def test_fixture_tables_follow_the_format(built):

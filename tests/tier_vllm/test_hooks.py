@@ -17,14 +17,14 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from tests.tier_vllm import hooks_support as hs
+from clef_format.compat import IncompatibleError
+from clef_format.fixtures.builders import build_checkpoint, tables_bf16
+from clef_format.quant.int8 import dequantize_rows
 from clef_format.spec import layouts as L
 from clef_format.spec import tables_format as TF
-from clef_format.compat import IncompatibleError
-from clef_format.quant.int8 import dequantize_rows
 from clef_format.vllm import Int8VocabEmbedding, UnwrittenParametersError, backbone_weights
 from clef_format.vllm import load_weights as clef_load_weights
-from clef_format.fixtures.builders import build_checkpoint, tables_bf16
+from tests.tier_vllm import hooks_support as hs
 
 NEW, OLD = "0.2.0", "0.1.3"
 EMBED, LM_HEAD = "model.embed_tokens.weight", "lm_head.weight"  # text-only HF names

@@ -11,14 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import vllm
 from hypothesis import HealthCheck, given, settings
 
-from tests.tier_vllm import oracle
-import vllm
-from clef_format.vllm_rules import matching as R
 from clef_format.spec import schemes
-from clef_format.vllm_rules import names as vllm_names
 from clef_format.spec.model_spec import parse_config
+from clef_format.vllm_rules import matching as R
+from clef_format.vllm_rules import names as vllm_names
+from tests.tier_vllm import oracle
 from tests.vllm_rules.pattern_cases import fixture_configs, quantized_configs
 
 VERSION = ".".join(vllm.__version__.split(".")[:2])

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from clef_format.cli.main import main
 from clef_format.read import hashing
 from clef_format.read.checkpoint import read_checkpoint
-from clef_format.cli.main import main
-from clef_format.verify.deep import deep_findings
 from clef_format.read.hashing import HashTask, hash_file, hash_many
 from clef_format.read.manifest import MANIFEST_NAME
+from clef_format.verify.deep import deep_findings
 from tests.scenarios.hostile_cases import fresh_copy, pristine
 
 

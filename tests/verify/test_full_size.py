@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from safetensors import safe_open
 
-from clef_format.verify.run import verify
 from clef_format.fixtures.builders import build_checkpoint
+from clef_format.verify.run import verify
 
 
 def test_full_size_hybrid_layout_2(tmp_path):

@@ -12,10 +12,10 @@ from typing import Any, Callable
 
 import pytest
 
-from clef_format.read.checkpoint import read_checkpoint
-from clef_format.verify.checks.patterns import check_patterns
-from clef_format.spec.findings import Finding
 from clef_format.fixtures.quant import PROJ, build_quant_config
+from clef_format.read.checkpoint import read_checkpoint
+from clef_format.spec.findings import Finding
+from clef_format.verify.checks.patterns import check_patterns
 from tests.vllm_rules.pattern_cases import quant_dict
 
 N = 8  # fixture layers; hybrid stores layers 0-3 FP8, 4-7 NVFP4

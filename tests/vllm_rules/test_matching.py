@@ -12,11 +12,11 @@ import sys
 import pytest
 from hypothesis import given, settings
 
-from clef_format.vllm_rules import matching as R
-from clef_format.spec import schemes
-from clef_format.vllm_rules import names as vllm_names
-from clef_format.spec.model_spec import parse_config
 from clef_format.fixtures.configs import tiny_config
+from clef_format.spec import schemes
+from clef_format.spec.model_spec import parse_config
+from clef_format.vllm_rules import matching as R
+from clef_format.vllm_rules import names as vllm_names
 from tests.vllm_rules.pattern_cases import fixture_configs, quant_dict, quantized_configs, with_quant
 
 MM = tiny_config(4)

@@ -13,11 +13,10 @@ TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to
 if TYPE_CHECKING:
     from typing import Iterator
 
-from clef_format.spec import layouts as L
 from clef_format.read.checkpoint import Checkpoint
 from clef_format.read.hf_cache import LOCAL_DIR_DOWNLOAD, blobs_dir, incomplete_downloads
+from clef_format.spec import layouts as L
 from clef_format.spec.findings import Finding, error, warning
-
 
 
 def _snapshot_incomplete(ck: Checkpoint) -> bool:

@@ -6,8 +6,8 @@ TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to
 if TYPE_CHECKING:
     from typing import Iterator
 
-from clef_format.spec import layouts as L
 from clef_format.read.checkpoint import Checkpoint
+from clef_format.spec import layouts as L
 from clef_format.spec.findings import Finding, error
 from clef_format.spec.joint_head import HeadConfigError, head_problems, parse_head_config
 

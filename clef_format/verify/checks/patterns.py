@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+
 from clef_format.records import Record
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
     from typing import Any, Iterable
 
-from clef_format.vllm_rules import matching as R
 from clef_format.spec import schemes
-from clef_format.vllm_rules import names as vllm_names
 from clef_format.spec.findings import Finding, Severity
 from clef_format.spec.model_spec import ModelConfig, linear_modules
+from clef_format.vllm_rules import matching as R
+from clef_format.vllm_rules import names as vllm_names
 from clef_format.vllm_rules.names import VllmLayer, VllmModel
 
 CONFIG_FILE = "config.json"

@@ -6,12 +6,12 @@ TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to
 if TYPE_CHECKING:
     from typing import Iterator
 
+from clef_format.read.checkpoint import Checkpoint
+from clef_format.read.safetensors import Header
 from clef_format.spec import layouts as L
 from clef_format.spec import tables_format as TF
-from clef_format.read.checkpoint import Checkpoint
 from clef_format.spec.findings import Finding, error
 from clef_format.spec.model_spec import table_shape
-from clef_format.read.safetensors import Header
 
 _FIX = "re-download clef_head/tables_int8.safetensors, or re-create it with clef-format migrate from a layout-1 copy"
 
