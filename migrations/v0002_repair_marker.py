@@ -21,9 +21,6 @@ from_layout = L.Layout.LAYOUT_2_UNMARKED.value
 to_layout = L.Layout.LAYOUT_2.value
 description = "repair: add the requires_clef_vllm marker when the int8 tables verify"
 repair = True
-#: Verify findings about the tables file: any error among these means re-download, not repair.
-TABLE_CODES = frozenset({"bad-header", "table-shape", "nonfinite-scale", "tables-metadata", "tables-duplicated",
-                         "tables-missing"})
 #: The tables file is read in full before repairing (int8 range check).
 DEEP_CHECK = True
 

@@ -287,7 +287,6 @@ def recover(target: Target, source_ck: Checkpoint | None, abort: bool = False) -
 class Result:
     quality: dict[str, dict[str, float]] = field(default_factory=dict)
     carried_by: dict[str, int] = field(default_factory=dict)
-    staged_report: Report | None = None
     seconds: dict[str, float] = field(default_factory=dict)  # wall time per phase and per written file
 
 
@@ -379,7 +378,7 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
         result.quality = dict(journal["quality"])
         t1 = time.perf_counter()
         result.seconds["stage"] = round(t1 - t0, 3)
-        result.staged_report = _verify_staged(plan, target, target.path)
+        _verify_staged(plan, target, target.path)  # raises unless the staged tree verifies clean
         result.seconds["verify"] = round(time.perf_counter() - t1, 3)
         st = os.stat(target.new)
         journal["new_ino"] = [st.st_dev, st.st_ino]

@@ -146,10 +146,6 @@ class Plan:
     fixes: frozenset[str] = frozenset()  # finding codes this step repairs (not a reason to refuse)
 
     @property
-    def replaced(self) -> list[str]:
-        return sorted(o.rel for o in self.outputs if o.rel not in self.carried)
-
-    @property
     def bytes_written(self) -> int:
         return sum(o.size for o in self.outputs)
 

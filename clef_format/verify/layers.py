@@ -15,7 +15,7 @@ from clef_format.report import Report
 from clef_format.spec import schemes
 from clef_format.spec.findings import error
 from clef_format.spec.model_spec import parse_config, plain_params
-from clef_format.vllm_rules import matching as resolve
+from clef_format.vllm_rules import matching
 from clef_format.vllm_rules import names as vllm_names
 
 GIB = 1024**3
@@ -57,7 +57,7 @@ def layers_view(config: Mapping[str, Any], int8_tables: bool = True, version: st
     """Rows per decoder layer plus the memory estimate. Raises ConfigError / QuantConfigError."""
     cfg = parse_config(dict(config))
     model = vllm_names.build(cfg, version)
-    decisions = {d.layer: d for d in resolve.resolve_vllm(config, version)}
+    decisions = {d.layer: d for d in matching.resolve_vllm(config, version)}
     per_layer: dict[int, dict[str, str]] = {}
     layer_bytes: dict[int, int] = {}
     other: dict[str, set[str]] = {}
