@@ -1,4 +1,4 @@
-"""clef-format layers PATH [--json]: the scheme vLLM builds for each decoder layer, and GPU memory."""
+"""clef-format layers PATH [--json] [--vllm-version V]: the scheme vLLM builds for each decoder layer, and GPU memory."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ import argparse
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", help="checkpoint directory, or org/name[@revision] in the local Hugging Face cache")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    from .verify_cmd import add_vllm_version
+
+    add_vllm_version(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         raise CouldNotRun(f"{args.path}: cannot read config.json ({exc})") from None
     try:
-        view = layers_view(config, int8_tables=os.path.exists(os.path.join(root, *TABLES.split("/"))))
+        view = layers_view(config, int8_tables=os.path.exists(os.path.join(root, *TABLES.split("/"))),
+                           version=args.vllm_version)
     except (ConfigError, QuantConfigError) as exc:
         if args.json:
             emit_json({"path": args.path, "ok": False, "error": str(exc)})
@@ -41,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FINDINGS
     if args.json:
         emit_json({"path": args.path, "ok": not any(v.startswith("error") for r in view.rows for v in r.groups.values()),
-                   **view.to_dict()})
+                   "vllm_version": args.vllm_version, **view.to_dict()})
     else:
+        print(f"vLLM {args.vllm_version} rules")
         print(render(view))
     return EXIT_OK
