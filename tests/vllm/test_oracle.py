@@ -77,6 +77,16 @@ def assert_same(config: dict[str, Any], mine: dict[str, oracle.VllmDecision] | N
     TOTALS["layers"] += len(mine)
 
 
+def test_env_runs_the_vllm_version_asked_for() -> None:
+    """scripts/test-vllm.sh --vllm V (CLEF_VLLM_VERSION) must run vLLM V, and the resolver knows it as proven."""
+    import os
+
+    asked = os.environ.get("CLEF_VLLM_VERSION")
+    if asked:
+        assert VERSION == asked
+    assert vllm_names.rules_for(VERSION).proven
+
+
 @pytest.mark.vllm
 @pytest.mark.parametrize("name", sorted(FIXTURES))
 def test_fixture_configs_match_vllm_functions(name: str) -> None:
