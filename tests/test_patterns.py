@@ -158,3 +158,17 @@ def test_same_meaning_on_every_version_adds_nothing(built: Callable[..., Path]) 
     for version in ("0.28", "0.33"):
         ck.vllm_version = version
         assert check_patterns(ck) == []
+
+
+def test_config_refused_only_on_another_version_is_a_warning(fresh: Callable[..., Path]) -> None:
+    """Group activation ordering: vLLM 0.28 serves it, 0.30+ refuses the whole config."""
+    root = fresh("layout-2", "nvfp4")
+    fs = findings_with(root, lambda q: q["config_groups"]["group_0"]["weights"].update(actorder="group"))
+    (w,) = fs
+    assert (w.code, w.severity) == ("quant-config-invalid", "warning")
+    assert w.message.startswith("on vLLM 0.33 (checked: 0.28): vLLM refuses quantization_config")
+    assert "activation ordering" in w.message
+    ck = read_checkpoint(root)
+    ck.vllm_version = "0.33"
+    (e,) = [f for f in check_patterns(ck) if f.severity == "error"]
+    assert e.code == "quant-config-invalid" and "not on vLLM 0.28" in e.message
