@@ -136,7 +136,7 @@ def test_resolve_imports_no_heavy_library() -> None:
 # Each row of vllm_names.VERSION_TABLE pinned on both proven versions; tests/vllm proves the same
 # rows against the real vLLM 0.28 and 0.33.
 
-from pattern_cases import qargs, scheme_config, scheme_group  # noqa: E402
+from pattern_cases import qargs, scheme_config, scheme_group, scheme_model_configs  # noqa: E402
 
 OLD, NEW = vllm_names.PROVEN
 
@@ -227,3 +227,30 @@ def test_invalid_arguments_refused_like_compressed_tensors() -> None:
         quant = scheme_config([scheme_group(["Linear"], w)], [], "pack-quantized")
         with pytest.raises(R.QuantConfigError):
             R.parse_quant_config(quant)
+
+
+@settings(max_examples=150, deadline=None)
+@given(scheme_model_configs())
+def test_generated_scheme_configs_resolve_totally_on_every_proven_version(config: dict) -> None:
+    for version in vllm_names.PROVEN:
+        try:
+            decisions = R.resolve_vllm(config, version)
+        except R.QuantConfigError:
+            continue
+        assert all((d.scheme is None) == (d.error is not None) for d in decisions)
+
+
+def test_scheme_grid_resolves_totally() -> None:
+    """The exhaustive grid tests/vllm compares with vLLM: every config refused or decided, on both versions."""
+    from pattern_cases import scheme_grid
+
+    base = tiny_config(4, multimodal=False)
+    grid = scheme_grid()
+    assert len(grid) > 25000
+    for quant in grid[::50]:
+        for version in vllm_names.PROVEN:
+            try:
+                decisions = R.resolve_vllm(with_quant(base, quant), version)
+            except R.QuantConfigError:
+                continue
+            assert all((d.scheme is None) == (d.error is not None) for d in decisions)
