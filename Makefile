@@ -1,5 +1,5 @@
 # The two commands of the README. Each sets up what it needs (idempotent), then runs.
-.PHONY: setup example test test-main test-vllm bench-verify
+.PHONY: setup example test test-main test-vllm test-vllm-028 test-vllm-033 bench-verify
 
 VENV := .venv
 EXAMPLE_DIR ?= build/example
@@ -16,14 +16,19 @@ example: setup
 	$(VENV)/bin/clef-format migrate $(EXAMPLE_DIR) --to layout-2
 	$(VENV)/bin/clef-format verify $(EXAMPLE_DIR) --layers
 
-# All tests: the main tier, then the real-vLLM tier in its own (cached) environment.
+# All tests: the main tier, then the real-vLLM tiers (0.28, the plugin's pin, and 0.33), each in its own cached env.
 test: test-main test-vllm
 
 test-main: setup
 	$(VENV)/bin/python -m pytest -q -n 2 -p no:cacheprovider tests --ignore=tests/tier_vllm
 
-test-vllm: setup
-	bash scripts/test-vllm.sh
+test-vllm: test-vllm-028 test-vllm-033
+
+test-vllm-028: setup
+	bash scripts/test-vllm.sh --vllm 0.28
+
+test-vllm-033: setup
+	bash scripts/test-vllm.sh --vllm 0.33
 
 bench-verify: setup
 	$(VENV)/bin/python benchmarks/bench_verify.py

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 from clef_format.cli.output import EXIT_COULD_NOT_RUN, EXIT_OK
 
-#: Subcommand -> (module under clef_format.commands, one-line help).
+#: Subcommand -> (module under clef_format.cli.commands, one-line help).
 COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("verify_cmd", "verify a checkpoint (directory or cached repo id)"),
     "migrate": ("migrate_cmd", "migrate a checkpoint to another layout, losing nothing"),

@@ -94,7 +94,7 @@ class Finding(_FindingFields):
     def __new__(cls, code: str, severity: Severity, message: str, file: str | None = None,
                 tensor: str | None = None, module: str | None = None, fix: str | None = None) -> "Finding":
         if code not in CODES:
-            raise ValueError(f"unknown finding code {code!r}: add it to clef_format.findings.CODES")
+            raise ValueError(f"unknown finding code {code!r}: add it to clef_format.spec.findings.CODES")
         if severity not in ("error", "warning", "info"):
             raise ValueError(f"unknown severity {severity!r}")
         return super().__new__(cls, code, severity, message, file, tensor, module, fix)

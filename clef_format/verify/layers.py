@@ -83,7 +83,7 @@ def layers_view(config: Mapping[str, Any], int8_tables: bool = True, version: st
                       total + HEADROOM_BYTES <= CARD_BYTES)
 
 
-def layers_report(path: str) -> Report:
+def layers_report(path: str, version: str = vllm_names.DEFAULT_VLLM) -> Report:
     """``clef-format layers``: the view plus the findings of the pattern check (the same verify reports).
 
     Reading problems of config.json (unreadable, not JSON, bad keys) are the report's findings and
@@ -97,6 +97,7 @@ def layers_report(path: str) -> Report:
     from clef_format.vllm_rules.matching import QuantConfigError
 
     ck = open_checkpoint(path)
+    ck.vllm_version = version
     reading = [f for f in ck.findings if f.file in (CONFIG, None) or f.code == "unreadable"]
     if ck.config is None or ck.model is None or ck.unreadable:
         missing = [] if ck.has(CONFIG) or reading else [error("missing-file", f"{CONFIG} is missing", file=CONFIG,
@@ -104,9 +105,9 @@ def layers_report(path: str) -> Report:
         return make_report("layers", path, str(ck.layout), reading + missing)
     findings = reading + list(check_patterns(ck))
     try:
-        view = layers_view(ck.config, int8_tables=ck.has(TABLES))
+        view = layers_view(ck.config, int8_tables=ck.has(TABLES), version=version)
     except (ConfigError, QuantConfigError) as exc:
         if not any(f.severity == "error" for f in findings):
             findings.append(error("quant-config-invalid", str(exc), file=CONFIG))
         return make_report("layers", path, str(ck.layout), findings)
-    return make_report("layers", path, str(ck.layout), findings, view.to_dict())
+    return make_report("layers", path, str(ck.layout), findings, {"vllm_version": version, **view.to_dict()})

@@ -1,10 +1,11 @@
 """Which scheme vLLM builds for every layer of a Clef config, from config.json alone.
 
-A pure re-implementation of vLLM's compressed-tensors matching (vLLM 0.28.0:
+A pure re-implementation of vLLM's compressed-tensors matching (vLLM 0.28.0 and 0.33.0:
 ``compressed_tensors/utils.py`` ``should_ignore_layer`` / ``find_matched_target`` and
 ``CompressedTensorsConfig.from_config`` / ``apply_vllm_mapper`` / ``get_scheme_dict`` /
 ``_get_scheme_from_parts``), so that verify answers in milliseconds: this module must not
-import torch, compressed_tensors or vllm. tests/tier_vllm proves it equal to the real vLLM.
+import torch, compressed_tensors or vllm. tests/tier_vllm proves it equal to the real vLLM, per version;
+where versions differ, the rule is a row of ``vllm_names.VERSION_TABLE`` read through ``rules_for``.
 Also: the same config resolved the way compressed-tensors' quantizer saw the HF modules, and
 the scheme the stored tensors imply for each module.
 """
@@ -14,7 +15,6 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from clef_format.errors import FormatError
 from clef_format.records import Record
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
@@ -30,6 +30,7 @@ from clef_format.vllm_rules.names import DEFAULT_VLLM, VllmLayer, VllmModel, rul
 # Scheme names beyond schemes.py's three (named after vLLM's CompressedTensors* classes).
 NVFP4_W4A16 = "nvfp4-w4a16"
 MXFP4 = "mxfp4"
+MXFP4_W4A8 = "mxfp4-w4a8"
 MXFP8 = "mxfp8"
 FP8_W8A16 = "fp8-w8a16"
 INT8_W8A8 = "int8-w8a8"
@@ -45,6 +46,7 @@ VLLM_SCHEME_CLASSES: dict[str, str] = {
     "CompressedTensorsW4A4Fp4": schemes.NVFP4_W4A4,
     "CompressedTensorsW8A16Fp8": FP8_W8A16,
     "CompressedTensorsW4A4Mxfp4": MXFP4,
+    "CompressedTensorsW4A8Mxfp4": MXFP4_W4A8,
     "CompressedTensorsW8A8Mxfp8": MXFP8,
     "CompressedTensorsW8A8Int8": INT8_W8A8,
     "CompressedTensorsW4A8Int": INT_W4A8,
@@ -56,13 +58,20 @@ VLLM_SCHEME_CLASSES: dict[str, str] = {
 
 _ACT_FORMATS = ("naive-quantized", "int-quantized", "float-quantized", "nvfp4-pack-quantized")
 _STRATEGIES = ("tensor", "channel", "group", "block", "token", "tensor_group", "attn_head")
+_ACTORDER = {"group": "group", "weight": "weight", "dynamic": "group", "static": "weight"}  # value -> canonical
+#: torch dtype names compressed-tensors accepts for scale_dtype / zp_dtype ("torch." prefix optional).
+_TORCH_DTYPES = frozenset({
+    "float32", "float", "float64", "double", "float16", "half", "bfloat16", "float8_e4m3fn", "float8_e5m2",
+    "float8_e8m0fnu", "float4_e2m1fn_x2", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32",
+    "uint64", "bool", "long", "int", "short",
+})
 _ARG_FIELDS = frozenset({
     "num_bits", "type", "symmetric", "group_size", "strategy", "block_structure", "dynamic",
     "actorder", "scale_dtype", "zp_dtype", "observer", "observer_kwargs",
 })
 
 
-class QuantConfigError(FormatError):
+class QuantConfigError(ValueError):
     """vLLM refuses the quantization_config as a whole (it fails before building any layer)."""
 
 
@@ -85,6 +94,7 @@ class Args(Record):
     dynamic: bool | str
     scale_dtype: str | None
     raw: Mapping[str, Any]  # the group's arguments as written (not used to decide)
+    actorder: str | None = None  # as compressed-tensors stores it: group | weight | dynamic | static
 
 
 class Entry(Record):
@@ -105,6 +115,7 @@ class QuantConfig(Record):
     ignore: tuple[str, ...]
     format: str | None
     hf_targets: dict[str, Entry]  # compressed-tensors' target_to_scheme (every group)
+    version: str = DEFAULT_VLLM  # the vLLM version whose rules parsed it
 
 
 class Decision(Record):
@@ -169,22 +180,58 @@ def parse_args(raw: Any, where: str) -> Args:
         raise QuantConfigError(f"{where}: strategy {strategy} needs a positive group_size")
     if group_size is not None and group_size > 0 and strategy not in ("group", "tensor_group"):
         raise QuantConfigError(f"{where}: group_size needs strategy 'group'")
-    if (strategy == "block") != (raw.get("block_structure") is not None):
+    block = raw.get("block_structure")
+    if block is not None and not _valid_block(block):
+        raise QuantConfigError(f"{where}.block_structure must be [rows, cols]")
+    if (strategy == "block") != (block is not None):
         raise QuantConfigError(f"{where}: block strategy and block_structure go together")
+    actorder = _actorder(raw.get("actorder"), where)
+    if actorder is not None and _ACTORDER[actorder] == "group" and strategy not in ("group", "tensor_group"):
+        raise QuantConfigError(f"{where}: group activation ordering needs strategy group or tensor_group")
     if dynamic and strategy not in ("token", "tensor", "tensor_group", "group"):
         raise QuantConfigError(f"{where}: dynamic quantization needs strategy token/tensor/tensor_group/group")
     if dynamic == "local" and strategy != "tensor_group":
         raise QuantConfigError(f"{where}: dynamic 'local' needs strategy tensor_group")
+    for field in ("scale_dtype", "zp_dtype"):
+        value = raw.get(field)
+        if value is not None and (not isinstance(value, str) or value.removeprefix("torch.") not in _TORCH_DTYPES):
+            raise QuantConfigError(f"{where}.{field}: no such torch dtype {value!r}")
+    if raw.get("zp_dtype") is None and qtype == "float" and num_bits not in (4, 8):
+        # QuantizationArgs infers zp_dtype: float types exist only at 4 and 8 bits (NotImplementedError)
+        raise QuantConfigError(f"{where}: float quantization needs num_bits 4 or 8")
     scale = raw.get("scale_dtype")
-    return Args(num_bits, qtype, symmetric, group_size, strategy, dynamic, None if scale is None else str(scale), raw)
+    return Args(num_bits, qtype, symmetric, group_size, strategy, dynamic, None if scale is None else str(scale), raw,
+                actorder)
+
+
+def _valid_block(value: Any) -> bool:
+    if isinstance(value, str):
+        try:
+            [int(x) for x in value.split("x")]
+        except ValueError:
+            return False
+        return True
+    return isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+
+
+def _actorder(value: Any, where: str) -> str | None:
+    """``QuantizationArgs.validate_actorder``: true -> group, false/None -> none, names case-insensitive."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return "group"
+    if isinstance(value, str) and value.lower() in _ACTORDER:
+        return value.lower()
+    raise QuantConfigError(f"{where}.actorder must be group, weight, dynamic, static or a boolean, got {value!r}")
 
 
 def _is_act_format(fmt: str | None) -> bool:
     return fmt in _ACT_FORMATS
 
 
-def parse_quant_config(qc: Any) -> QuantConfig:
-    """Parse like ``CompressedTensorsConfig.from_config``; raise ``QuantConfigError`` where vLLM fails."""
+def parse_quant_config(qc: Any, version: str = DEFAULT_VLLM) -> QuantConfig:
+    """Parse like ``CompressedTensorsConfig.from_config`` of vLLM ``version``; raise ``QuantConfigError`` where it fails."""
+    rules = rules_for(version)
     if not isinstance(qc, dict):
         raise QuantConfigError("quantization_config must be an object")
     method = qc.get("quant_method")
@@ -213,6 +260,9 @@ def parse_quant_config(qc: Any) -> QuantConfig:
             raise QuantConfigError(f"{where}.targets must be a list of strings")
         gfmt = group.get("format")
         weights = parse_args(group.get("weights"), f"{where}.weights")
+        if rules.actorder_group_refused and weights.actorder is not None and _ACTORDER[weights.actorder] == "group":
+            raise QuantConfigError(f"{where}.weights: vLLM {version} no longer supports group/dynamic activation "
+                                   f"ordering (actorder={weights.actorder!r})")
         raw_in = group.get("input_activations")
         act = _is_act_format(gfmt) if gfmt is not None else _is_act_format(fmt)
         inp: Args | None = None
@@ -233,7 +283,7 @@ def parse_quant_config(qc: Any) -> QuantConfig:
                 targets[t] = entry
     for i in ignore:
         _check_regex(i, "ignore")
-    return QuantConfig(targets, tuple(ignore), fmt, hf_targets)
+    return QuantConfig(targets, tuple(ignore), fmt, hf_targets, version)
 
 
 def _check_regex(pattern: str, where: str) -> None:
@@ -326,11 +376,16 @@ def _is_fp8_w8a8(w: Args, i: Args | None) -> bool:
     return bool(i.dynamic) or (i.symmetric and i.strategy == "tensor")
 
 
-def classify(e: Entry, top_format: str | None, layer: str = "") -> str:
+def _is_mxfp4(w: Args) -> bool:
+    return w.strategy == "group" and w.type == "float" and w.num_bits == 4 and w.group_size == 32 and w.symmetric
+
+
+def classify(e: Entry, top_format: str | None, layer: str = "", version: str = DEFAULT_VLLM) -> str:
     """vLLM's ``_get_scheme_from_parts`` on a GPU that supports the scheme (not SM90-only W4A8).
 
     Raises ``VllmLayerError`` where vLLM raises (ValueError / NotImplementedError).
     """
+    rules = rules_for(version)
     w, i, o = e.weights, e.input, e.output
     fmt = e.format if e.format is not None else top_format
     if _is_nvfp4(w):
@@ -339,7 +394,10 @@ def classify(e: Entry, top_format: str | None, layer: str = "") -> str:
         if not _is_nvfp4(i):
             raise VllmLayerError("ValueError", "For NVFP4 weights, input quantization must also be NVFP4 format, None for NVFP4A16")
         return schemes.NVFP4_W4A4
-    if w.strategy == "group" and w.type == "float" and w.num_bits == 4 and w.group_size == 32 and w.symmetric:
+    if (rules.mxfp4_w4a8_fp8 and _is_mxfp4(w) and i is not None and i.type == "float" and i.num_bits == 8
+            and not w.dynamic and bool(i.dynamic) and i.strategy in ("token", "group") and i.symmetric):
+        return MXFP4_W4A8
+    if _is_mxfp4(w):
         return MXFP4
     if (w.strategy == "group" and w.type == "float" and w.num_bits == 8 and w.group_size == 32 and w.symmetric
             and (w.scale_dtype or "").endswith("uint8")):
@@ -362,14 +420,21 @@ def classify(e: Entry, top_format: str | None, layer: str = "") -> str:
             return schemes.FP8_W8A8
         if w.type == "float" and w.symmetric and not w.dynamic and w.strategy in ("tensor", "channel", "block"):
             return FP8_W8A16
+        if i is None:
+            # vLLM's _is_static_tensor_w8a8 reads input_quant.num_bits: weight-only float weights that
+            # neither FP8 W8A8 nor W8A16 claimed crash scheme selection (0.28 and 0.33 alike).
+            raise VllmLayerError("AttributeError", f"vLLM crashes selecting a scheme for layer_name={layer!r}: "
+                                 "'NoneType' object has no attribute 'num_bits' (weight-only float weights "
+                                 f"that are not static symmetric tensor/channel/block, format={fmt!r})")
         if i is not None:
             w8 = w.num_bits == i.num_bits == 8 and w.strategy in ("tensor", "channel") and w.symmetric
             if w8 and i.strategy == "tensor" and not w.dynamic and not i.dynamic:
                 return INT8_W8A8
             if w8 and i.strategy == "token" and not w.dynamic and i.dynamic:
                 return INT8_W8A8
-            if (w.num_bits == 4 and i.num_bits == 8 and w.strategy in ("group", "channel") and i.strategy == "token"
-                    and w.symmetric and not w.dynamic and i.dynamic):
+            typed = not rules.w4a8_int_needs_int or (w.type == "int" and i.type == "int")
+            if (typed and w.num_bits == 4 and i.num_bits == 8 and w.strategy in ("group", "channel")
+                    and i.strategy == "token" and w.symmetric and not w.dynamic and i.dynamic):
                 return INT_W4A8
     raise VllmLayerError("NotImplementedError", f"No compressed-tensors compatible scheme was found for layer_name={layer!r} (format={fmt!r})")
 
@@ -422,7 +487,7 @@ def resolve_layer(layer: VllmLayer, vq: VllmQuant, model: VllmModel) -> Decision
         return Decision(layer.name, schemes.UNQUANTIZED)
     entry = vq.targets[target]
     try:
-        return Decision(layer.name, classify(entry, vq.format, layer.name), target, entry.group)
+        return Decision(layer.name, classify(entry, vq.format, layer.name, model.version), target, entry.group)
     except VllmLayerError as e:
         # ParallelLMHead: vLLM catches ValueError from get_scheme and serves it unquantized.
         if layer.group == "lm_head" and e.kind == "ValueError":
@@ -436,7 +501,7 @@ def resolve_vllm(config: Mapping[str, Any], version: str = DEFAULT_VLLM) -> list
     model = vllm_names.build(cfg, version)
     if cfg.quantization is None:
         return [Decision(l.name, schemes.UNQUANTIZED) for l in model.layers]
-    vq = vllm_view(parse_quant_config(cfg.quantization), model)
+    vq = vllm_view(parse_quant_config(cfg.quantization, version), model)
     return [resolve_layer(l, vq, model) for l in model.layers]
 
 
@@ -478,7 +543,7 @@ class _HfResolver:
         if target not in self.schemes:
             entry = self.qc.hf_targets[target]
             try:
-                self.schemes[target] = classify(entry, self.qc.format, name)
+                self.schemes[target] = classify(entry, self.qc.format, name, self.qc.version)
             except VllmLayerError:
                 self.schemes[target] = f"unsupported:{entry.group}"
         return self.schemes[target]

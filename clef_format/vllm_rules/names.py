@@ -5,8 +5,8 @@ vLLM fuses Hugging Face projections (q/k/v -> ``qkv_proj`` ...) and renames pref
 quantization patterns against *its* names, not the ones the quantizer saw. Everything here is
 derived from ``model_spec.linear_modules`` (one source of truth for the HF tree) plus the few
 vLLM facts below, read from the vLLM 0.28.0 source (``models/qwen3_5.py``, ``qwen3_vl.py``,
-``qwen3_next.py``, ``layers/mamba/gdn/qwen_gdn_linear_attn.py``) and proven by tests/tier_vllm.
-The rules that differ between vLLM versions live in ``VERSION_RULES`` and nowhere else.
+``qwen3_next.py``, ``layers/mamba/gdn/qwen_gdn_linear_attn.py``; unchanged in 0.33.0) and proven
+by tests/tier_vllm. The rules that differ between vLLM versions live in ``VERSION_TABLE`` and nowhere else.
 """
 
 from __future__ import annotations
@@ -25,41 +25,90 @@ MULTIMODAL_ARCH = "Qwen3_5ForConditionalGeneration"
 TEXT_ARCH = "Qwen3_5ForCausalLM"
 
 
-class VersionRules(Record):
-    """What changes between vLLM versions for Clef's pattern matching."""
+class VersionRule(Record):
+    """One rule of vLLM's compressed-tensors handling that changed between vLLM versions."""
 
-    #: A pattern matching the fused name itself ignores the whole fused layer (0.30+); before,
-    #: only an *exact* fused name does, and otherwise every shard is checked.
-    fused_name_ignore: bool
-    #: ``hf_to_vllm_mapper`` drops ``mtp.`` entries (0.29+), so such targets vanish.
-    mapper_drops_mtp: bool
-    #: Whether tests/tier_vllm runs against this version (see docs/VLLM.md).
-    proven: bool
+    name: str  # the VersionRules field it sets
+    since: tuple[int, int]  # the first vLLM minor version with the new behaviour
+    source: str  # the vLLM file and function it comes from
+    before: str  # the behaviour up to ``since``
+    after: str  # the behaviour from ``since`` on
 
 
-#: One table keyed by the first vLLM minor version a rule set applies to.
-VERSION_RULES: dict[tuple[int, int], VersionRules] = {
-    (0, 28): VersionRules(fused_name_ignore=False, mapper_drops_mtp=False, proven=True),
-    (0, 29): VersionRules(fused_name_ignore=False, mapper_drops_mtp=True, proven=False),
-    (0, 30): VersionRules(fused_name_ignore=True, mapper_drops_mtp=True, proven=False),
-}
+#: THE version table: every rule of the resolver that differs between vLLM versions, read from each
+#: version's wheel (0.28.0 to 0.33.0); tests/tier_vllm proves both sides on the versions in PROVEN.
+VERSION_TABLE: tuple[VersionRule, ...] = (
+    VersionRule(
+        "fused_name_ignore", (0, 30),
+        "layers/quantization/compressed_tensors/utils.py should_ignore_layer -> "
+        "layers/quantization/utils/config_utils.py find_matching_patterns",
+        "an ignore entry is tested against each shard of a fused layer (only an exact fused name "
+        "ignores it whole); a partly ignored fused layer raises ValueError",
+        "an ignore entry matching the fused name itself (a regex too) ignores the whole fused layer; "
+        "otherwise each shard is tested as before"),
+    VersionRule(
+        "actorder_group_refused", (0, 30),
+        "layers/quantization/compressed_tensors/compressed_tensors.py "
+        "CompressedTensorsConfig._quantization_scheme_map_from_config",
+        "weights with actorder group/dynamic are accepted (WNA16 reorders by g_idx)",
+        "weights with actorder group/dynamic (or true) make vLLM refuse the whole config (ValueError)"),
+    VersionRule(
+        "w4a8_int_needs_int", (0, 31),
+        "layers/quantization/compressed_tensors/compressed_tensors.py "
+        "CompressedTensorsConfig._is_dynamic_token_w4a8_int",
+        "4-bit channel/group weights with 8-bit dynamic per-token input select CompressedTensorsW4A8Int "
+        "whatever their types (float W4 + FP8 input too)",
+        "CompressedTensorsW4A8Int needs int weights and int input; otherwise no scheme (NotImplementedError)"),
+    VersionRule(
+        "mxfp4_w4a8_fp8", (0, 32),
+        "layers/quantization/compressed_tensors/compressed_tensors.py "
+        "CompressedTensorsConfig._get_scheme_from_parts / _is_mxfp4_w4a8_fp8",
+        "MXFP4 weights select CompressedTensorsW4A4Mxfp4 whatever the input activations",
+        "MXFP4 weights with symmetric 8-bit float dynamic per-token/group input select "
+        "CompressedTensorsW4A8Mxfp4 (checked before MXFP4 W4A4)"),
+)
+#: Versions tests/tier_vllm runs against (docs/VLLM.md); the others' rules are read from source, not run.
+PROVEN: tuple[str, ...] = ("0.28", "0.33")
 #: The version the clef-vllm serving plugin pins.
 DEFAULT_VLLM = "0.28"
 
 
-@lru_cache(maxsize=32)
-@lru_cache(maxsize=32)
-def rules_for(version: str = DEFAULT_VLLM) -> VersionRules:
-    """The rule set of ``version`` ("0.28", "0.28.1", "0.33.0"): the newest entry not after it."""
+class VersionRules(Record):
+    """The rules of one vLLM version (one field per VERSION_TABLE row)."""
+
+    fused_name_ignore: bool
+    actorder_group_refused: bool
+    w4a8_int_needs_int: bool
+    mxfp4_w4a8_fp8: bool
+    #: Whether tests/tier_vllm runs against this version (see docs/VLLM.md).
+    proven: bool
+
+
+_OLDEST = (0, 28)  # the oldest version whose source was read
+
+
+def version_key(version: str) -> tuple[int, int]:
     parts = version.split(".")
     try:
-        key = (int(parts[0]), int(parts[1]))
+        return int(parts[0]), int(parts[1])
     except (IndexError, ValueError):
         raise ValueError(f"not a vLLM version: {version!r}") from None
-    known = [k for k in VERSION_RULES if k <= key]
-    if not known:
+
+
+@lru_cache(maxsize=32)
+def rules_for(version: str = DEFAULT_VLLM) -> VersionRules:
+    """The rule set of ``version`` ("0.28", "0.28.1", "0.33.0")."""
+    key = version_key(version)
+    if key < _OLDEST:
         raise ValueError(f"vLLM {version} is older than any version clef-format knows")
-    return VERSION_RULES[max(known)]
+    flags = {rule.name: key >= rule.since for rule in VERSION_TABLE}
+    return VersionRules(**flags, proven=any(version_key(p) == key for p in PROVEN))
+
+
+def differing_rules(a: str, b: str) -> list[VersionRule]:
+    """The VERSION_TABLE rows on which vLLM ``a`` and ``b`` differ."""
+    ka, kb = version_key(a), version_key(b)
+    return [r for r in VERSION_TABLE if (ka >= r.since) != (kb >= r.since)]
 
 
 #: ``packed_modules_mapping`` of each class, in vLLM's dict order (the order matters:
@@ -165,10 +214,11 @@ def packed_for_arch(arch: str) -> dict[str, tuple[str, ...]]:
 
 
 def mapper_prefixes(cfg: ModelConfig, version: str = DEFAULT_VLLM) -> tuple[tuple[str, str | None], ...]:
-    base = _MM_PREFIXES if cfg.multimodal else _TEXT_PREFIXES
-    if rules_for(version).mapper_drops_mtp:
-        base = base + (("mtp.", None),)
-    return base
+    """The prefix rules vLLM applies to config targets. From 0.29 ``hf_to_vllm_mapper`` also maps
+    ``mtp.`` to None, but the quantization config is mapped with ``get_rename_mapper()``, which drops
+    None mappings (model_loader/utils.py configure_quant_config): ``mtp.`` targets pass unchanged."""
+    rules_for(version)  # validates the version
+    return _MM_PREFIXES if cfg.multimodal else _TEXT_PREFIXES
 
 
 def lm_head_spec(cfg: ModelConfig) -> LinearSpec:

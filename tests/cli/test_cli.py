@@ -132,3 +132,16 @@ def test_output_to_a_closed_pipe_is_not_a_traceback(built):
     proc = subprocess.run(f"{sys.executable} -m clef_format verify {built('layout-1')} | head -1", shell=True,
                           capture_output=True, text=True)
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
+
+
+def test_vllm_version_option(built, capsys):
+    root = str(built("layout-2", "hybrid"))
+    assert main(["verify", root, "--json", "--vllm-version", "0.33", "--layers"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["vllm_version"] == "0.33" and payload["findings"] == []
+    assert main(["layers", root, "--json", "--vllm-version", "0.33"]) == 0
+    assert json.loads(capsys.readouterr().out)["vllm_version"] == "0.33"
+    assert main(["layers", root, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["vllm_version"] == "0.28"  # the version the plugin pins
+    proc = run_cli("verify", root, "--json", "--vllm-version", "0.1")
+    assert proc.returncode == 2 and "older than any version" in proc.stdout + proc.stderr

@@ -46,12 +46,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def engine_config(model_dir: str | Path, tp: int = 1) -> Any:
-    """The ``VllmConfig`` vLLM makes for this checkpoint: safetensors, bf16, eager, no tokenizer."""
+def engine_config(model_dir: str | Path, tp: int = 1, **extra: Any) -> Any:
+    """The ``VllmConfig`` vLLM makes for this checkpoint: safetensors, bf16, eager, no tokenizer
+    (``extra``: more EngineArgs, e.g. ``model_loader_extra_config``)."""
     from vllm.engine.arg_utils import EngineArgs
 
     args = EngineArgs(model=str(model_dir), load_format="safetensors", dtype="bfloat16", enforce_eager=True,
-                      skip_tokenizer_init=True, tensor_parallel_size=tp, max_model_len=256)
+                      skip_tokenizer_init=True, tensor_parallel_size=tp, max_model_len=256, **extra)
     return args.create_engine_config()
 
 

@@ -127,3 +127,48 @@ def test_layer_meant_quantized_but_bf16_in_vllm(fresh: Callable[..., Path]) -> N
         quantization_config=quant_dict([("NVFP4", [r"re:model\.language_model\..*mlp.*"], None)], [], "nvfp4-pack-quantized")))
     unq = by_code(fs, "layer-unquantized")
     assert unq and {f.severity for f in unq} == {"warning"}
+
+
+def test_fused_ignore_meaning_differs_by_vllm_version(fresh: Callable[..., Path]) -> None:
+    """A prefix regex meant for one shard: on 0.28 vLLM raises, on 0.33 the fused layer silently stays BF16.
+    Either version's findings say what the other does."""
+    from clef_format.read.checkpoint import read_checkpoint as read
+
+    root = fresh("layout-2", "nvfp4")
+    findings_with(root, lambda q: q["ignore"].append(r"re:.*in_proj_qkv"))
+    ck = read(root)
+    old = check_patterns(ck)  # default: 0.28, the version the serving plugin pins
+    (f,) = [x for x in by_code(old, "fused-scheme-mismatch") if x.severity == "error"]
+    assert "refuses to build" in f.message and "in_proj_qkvz" in f.message
+    assert "not on vLLM 0.33" in f.message and "'re:.*in_proj_qkv' matches the fused layer name" in f.message
+    there = [x for x in old if x.message.startswith("on vLLM 0.33 (checked: 0.28)")]
+    assert {x.code for x in there} == {"layer-unquantized", "fused-scheme-mismatch"}
+    assert {x.severity for x in there} == {"warning"}  # errors on another version warn about this one
+    assert all("silently" not in x.message and "in_proj_qkvz" in x.message for x in there)
+    ck.vllm_version = "0.33"
+    new = check_patterns(ck)
+    (e,) = by_code(new, "layer-unquantized")
+    assert e.severity == "error" and "stored nvfp4-w4a4 but vLLM builds it unquantized (ignored)" in e.message
+    assert "not on vLLM 0.28" in e.message
+    assert [x.code for x in new if x.message.startswith("on vLLM 0.28 (checked: 0.33)")] == ["fused-scheme-mismatch"]
+
+
+def test_same_meaning_on_every_version_adds_nothing(built: Callable[..., Path]) -> None:
+    ck = read_checkpoint(built("layout-2", "hybrid"))
+    for version in ("0.28", "0.33"):
+        ck.vllm_version = version
+        assert check_patterns(ck) == []
+
+
+def test_config_refused_only_on_another_version_is_a_warning(fresh: Callable[..., Path]) -> None:
+    """Group activation ordering: vLLM 0.28 serves it, 0.30+ refuses the whole config."""
+    root = fresh("layout-2", "nvfp4")
+    fs = findings_with(root, lambda q: q["config_groups"]["group_0"]["weights"].update(actorder="group"))
+    (w,) = fs
+    assert (w.code, w.severity) == ("quant-config-invalid", "warning")
+    assert w.message.startswith("on vLLM 0.33 (checked: 0.28): vLLM refuses quantization_config")
+    assert "activation ordering" in w.message
+    ck = read_checkpoint(root)
+    ck.vllm_version = "0.33"
+    (e,) = [f for f in check_patterns(ck) if f.severity == "error"]
+    assert e.code == "quant-config-invalid" and "not on vLLM 0.28" in e.message

@@ -131,3 +131,127 @@ def test_resolve_imports_no_heavy_library() -> None:
             "print([m for m in ('torch', 'compressed_tensors', 'vllm', 'transformers') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
+
+
+# ----------------------------------------------------------------------------- the version table
+# Each row of vllm_names.VERSION_TABLE pinned on both proven versions; tests/vllm proves the same
+# rows against the real vLLM 0.28 and 0.33.
+
+from tests.vllm_rules.pattern_cases import qargs, scheme_config, scheme_group, scheme_model_configs  # noqa: E402
+
+OLD, NEW = vllm_names.PROVEN
+
+
+def test_version_table_rows_name_their_vllm_source() -> None:
+    names = [r.name for r in vllm_names.VERSION_TABLE]
+    assert len(set(names)) == len(names) == len(vllm_names.VersionRules._fields) - 1  # one row per rule, + proven
+    for r in vllm_names.VERSION_TABLE:
+        assert ".py" in r.source and r.before and r.after
+    assert not any(vllm_names.rules_for(OLD)[:-1]) and all(vllm_names.rules_for(NEW)[:-1])
+    assert vllm_names.rules_for("0.28.0").proven and vllm_names.rules_for("0.33.0").proven
+    assert not vllm_names.rules_for("0.31").proven
+    assert [r.name for r in vllm_names.differing_rules("0.29", "0.31")] == [
+        "fused_name_ignore", "actorder_group_refused", "w4a8_int_needs_int"]
+    with pytest.raises(ValueError):
+        vllm_names.rules_for("0.27")
+    with pytest.raises(ValueError):
+        vllm_names.rules_for("latest")
+
+
+def _one(config: dict, layer: str, version: str) -> R.Decision:
+    return {d.layer: d for d in R.resolve_vllm(config, version)}[layer]
+
+
+def test_prefix_regex_ignore_on_one_shard_by_version() -> None:
+    """``re:.*in_proj_qkv`` (no $) meant for one shard: 0.28 raises, 0.30+ leaves the fused layer BF16."""
+    config = with_quant(MM, quant_dict([("NVFP4", ["Linear"], None)], [r"re:.*in_proj_qkv"], "nvfp4-pack-quantized"))
+    name = "language_model.model.layers.0.linear_attn.in_proj_qkvz"
+    old, new = _one(config, name, OLD), _one(config, name, NEW)
+    assert old.error_kind == "ValueError" and "different quantization schemes" in (old.error or "")
+    assert (new.scheme, new.ignored, new.error) == (schemes.UNQUANTIZED, True, None)
+
+
+def test_group_activation_ordering_refused_from_0_30() -> None:
+    for order in ("group", "dynamic", True):
+        quant = scheme_config([scheme_group(["Linear"], qargs(("int", 4), "group", 128, actorder=order))], [],
+                              "pack-quantized")
+        config = with_quant(TEXT, quant)
+        assert _one(config, "model.layers.0.mlp.down_proj", OLD).scheme == R.WNA16
+        with pytest.raises(R.QuantConfigError, match="activation ordering"):
+            R.resolve_vllm(config, NEW)
+    for order in ("weight", "static", None, False):  # accepted by both
+        quant = scheme_config([scheme_group(["Linear"], qargs(("int", 4), "group", 128, actorder=order))], [],
+                              "pack-quantized")
+        assert _one(with_quant(TEXT, quant), "model.layers.0.mlp.down_proj", NEW).scheme == R.WNA16
+
+
+def test_w4a8_int_needs_int_types_from_0_31() -> None:
+    fp8_token = qargs(("float", 8), "token", dynamic=True)
+    quant = scheme_config([scheme_group(["Linear"], qargs(("float", 4), "group", 128), fp8_token)], [], "float-quantized")
+    config = with_quant(TEXT, quant)
+    assert _one(config, "model.layers.0.mlp.down_proj", OLD).scheme == R.INT_W4A8
+    assert _one(config, "model.layers.0.mlp.down_proj", NEW).error_kind == "NotImplementedError"
+    int_quant = scheme_config([scheme_group(["Linear"], qargs(("int", 4), "group", 128),
+                                            qargs(("int", 8), "token", dynamic=True))], [], "int-quantized")
+    for version in (OLD, NEW):
+        assert _one(with_quant(TEXT, int_quant), "model.layers.0.mlp.down_proj", version).scheme == R.INT_W4A8
+
+
+def test_mxfp4_with_fp8_input_from_0_32() -> None:
+    quant = scheme_config([scheme_group(["Linear"], qargs(("float", 4), "group", 32),
+                                        qargs(("float", 8), "token", dynamic=True))], [], "mxfp4-pack-quantized")
+    config = with_quant(TEXT, quant)
+    assert _one(config, "model.layers.0.mlp.down_proj", OLD).scheme == R.MXFP4
+    assert _one(config, "model.layers.0.mlp.down_proj", NEW).scheme == R.MXFP4_W4A8
+
+
+def test_mtp_targets_pass_the_mapper_unchanged() -> None:
+    """0.29+ maps ``mtp.`` to None for weights, but the config is mapped with the rename mapper, which drops None."""
+    quant = quant_dict([("FP8_DYNAMIC", ["mtp.layers.0.mlp.down_proj", "Linear"], None)], [], "float-quantized")
+    for version in (OLD, NEW):
+        model = vllm_names.build(parse_config(MM), version)
+        vq = R.vllm_view(R.parse_quant_config(quant, version), model)
+        assert "mtp.layers.0.mlp.down_proj" in vq.targets
+
+
+def test_weight_only_float_weights_vllm_cannot_select() -> None:
+    """Dynamic FP8 weights without input activations: vLLM's _is_static_tensor_w8a8 reads None.num_bits."""
+    quant = scheme_config([scheme_group(["Linear"], qargs(("float", 8), "tensor", dynamic=True))], [], "float-quantized")
+    for version in (OLD, NEW):
+        assert _one(with_quant(TEXT, quant), "model.layers.0.mlp.down_proj", version).error_kind == "AttributeError"
+
+
+def test_invalid_arguments_refused_like_compressed_tensors() -> None:
+    from tests.vllm_rules.pattern_cases import INVALID_ARGS
+
+    for w in INVALID_ARGS:
+        quant = scheme_config([scheme_group(["Linear"], w)], [], "pack-quantized")
+        with pytest.raises(R.QuantConfigError):
+            R.parse_quant_config(quant)
+
+
+@settings(max_examples=150, deadline=None)
+@given(scheme_model_configs())
+def test_generated_scheme_configs_resolve_totally_on_every_proven_version(config: dict) -> None:
+    for version in vllm_names.PROVEN:
+        try:
+            decisions = R.resolve_vllm(config, version)
+        except R.QuantConfigError:
+            continue
+        assert all((d.scheme is None) == (d.error is not None) for d in decisions)
+
+
+def test_scheme_grid_resolves_totally() -> None:
+    """The exhaustive grid tests/vllm compares with vLLM: every config refused or decided, on both versions."""
+    from tests.vllm_rules.pattern_cases import scheme_grid
+
+    base = tiny_config(4, multimodal=False)
+    grid = scheme_grid()
+    assert len(grid) > 25000
+    for quant in grid[::50]:
+        for version in vllm_names.PROVEN:
+            try:
+                decisions = R.resolve_vllm(with_quant(base, quant), version)
+            except R.QuantConfigError:
+                continue
+            assert all((d.scheme is None) == (d.error is not None) for d in decisions)

@@ -1,4 +1,4 @@
-"""clef-format verify PATH [--json] [--deep] [--plugin-version V] [--layers]"""
+"""clef-format verify PATH [--json] [--deep] [--plugin-version V] [--layers] [--vllm-version V]"""
 
 from __future__ import annotations
 
@@ -13,6 +13,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--deep", action="store_true", help="also hash every file and decode every scale")
     p.add_argument("--plugin-version", metavar="V", help="check that clef-vllm version V can serve these weights")
     p.add_argument("--layers", action="store_true", help="also show the per-layer view (see `clef-format layers`)")
+    add_vllm_version(p)
+
+
+def add_vllm_version(p: argparse.ArgumentParser) -> None:
+    """``--vllm-version``: whose matching rules the pattern findings and the per-layer view follow."""
+    from clef_format.vllm_rules.names import DEFAULT_VLLM, PROVEN
+
+    p.add_argument("--vllm-version", metavar="V", default=DEFAULT_VLLM, type=_vllm_version,
+                   help=f"match patterns as vLLM V does (default {DEFAULT_VLLM}, the version the serving plugin "
+                        f"pins; proven: {', '.join(PROVEN)})")
+
+
+def _vllm_version(value: str) -> str:
+    from clef_format.vllm_rules.names import rules_for
+
+    try:
+        rules_for(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
 
 
 def check_plugin_version(value: str | None) -> None:
@@ -37,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     check_plugin_version(args.plugin_version)
     try:
         ck = open_checkpoint(args.path)
+        ck.vllm_version = args.vllm_version  # read by the pattern check
     except CouldNotRun:
         raise
     except OSError as exc:
@@ -48,12 +69,11 @@ def run(args: argparse.Namespace) -> int:
             report = verify_checkpoint(ck, args.path, plugin_version=args.plugin_version, deep=True, progress=progress)
     else:
         report = verify_checkpoint(ck, args.path, plugin_version=args.plugin_version)
-    view = _layers(ck) if args.layers and not report.could_not_run else None
-    if view is not None:
-        from clef_format.report import make_report
+    from clef_format.report import make_report
 
-        report = make_report(report.command, report.path, report.layout, report.findings,
-                             {**report.details, "layers": view.to_dict()})
+    view = _layers(ck, args.vllm_version) if args.layers and not report.could_not_run else None
+    extra = {"vllm_version": args.vllm_version, **({"layers": view.to_dict()} if view is not None else {})}
+    report = make_report(report.command, report.path, report.layout, report.findings, {**report.details, **extra})
 
     def human(r):  # type: ignore[no-untyped-def]
         return render_report(r) + ("\n\n" + render_layers(r.details["layers"]) if view is not None else "")
@@ -61,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     return finish(report, args.json, human)
 
 
-def _layers(ck):  # type: ignore[no-untyped-def]
+def _layers(ck, version):  # type: ignore[no-untyped-def]
     """The per-layer view of ``clef-format layers``, when config.json can give one."""
     from clef_format.spec.layouts import TABLES
     from clef_format.spec.model_spec import ConfigError
@@ -71,6 +91,6 @@ def _layers(ck):  # type: ignore[no-untyped-def]
     if ck.config is None:
         return None
     try:
-        return layers_view(ck.config, int8_tables=ck.has(TABLES))
+        return layers_view(ck.config, int8_tables=ck.has(TABLES), version=version)
     except (ConfigError, QuantConfigError):
         return None  # already reported by verify as bad-config / quant-config-invalid

@@ -4,6 +4,9 @@ Three views of every layer meet here: what the quantizer applied (HF names, comp
 rules), what the stored tensors are, and what vLLM will build (``resolve``). Where they differ,
 a finding names the modules, the pattern and, when one can be derived and checked, a fix.
 Findings about many layers are folded into one, with the layer indices summarized.
+Findings are for one vLLM version (``--vllm-version``, default the one the serving plugin pins);
+where another proven version reads the same config differently (a row of ``VERSION_TABLE``), the
+findings say so.
 """
 
 from __future__ import annotations
@@ -160,10 +163,63 @@ def check_patterns(ck: Any) -> list[Finding]:
     model_cfg: ModelConfig | None = getattr(ck, "model", None)
     if getattr(ck, "config", None) is None or model_cfg is None:
         return []
-    return pattern_findings(model_cfg, getattr(ck, "backbone", {}) or {})
+    version = getattr(ck, "vllm_version", None) or vllm_names.DEFAULT_VLLM
+    return pattern_findings(model_cfg, getattr(ck, "backbone", {}) or {}, version)
 
 
-def pattern_findings(model_cfg: ModelConfig, backbone: dict[str, Any], version: str = vllm_names.DEFAULT_VLLM) -> list[Finding]:
+def pattern_findings(model_cfg: ModelConfig, backbone: dict[str, Any], version: str = vllm_names.DEFAULT_VLLM,
+                     other_versions: Iterable[str] = vllm_names.PROVEN) -> list[Finding]:
+    """Findings for vLLM ``version``, plus what differs on each of ``other_versions``."""
+    findings = _version_findings(model_cfg, backbone, version)
+    for other in other_versions:
+        rows = vllm_names.differing_rules(version, other)
+        if rows:
+            findings = _compare(findings, _version_findings(model_cfg, backbone, other), model_cfg, version, other, rows)
+    return findings
+
+
+def _compare(mine: list[Finding], theirs: list[Finding], model_cfg: ModelConfig, version: str, other: str,
+             rows: list[vllm_names.VersionRule]) -> list[Finding]:
+    """Mark findings that do not hold on vLLM ``other``; add, as warnings, those that hold only there."""
+    key = lambda f: (f.code, f.message)  # noqa: E731
+    have, there = {key(f) for f in mine}, {key(f) for f in theirs}
+    if have == there:
+        return mine
+    why = _why(model_cfg, other, rows)
+    out = [f if key(f) in there else f._replace(message=f"{f.message} [not on vLLM {other}: {why}]") for f in mine]
+    for f in theirs:
+        if key(f) not in have:
+            out.append(f._replace(severity="warning" if f.severity == "error" else f.severity,
+                                  message=f"on vLLM {other} (checked: {version}): {f.message} [{why}]"))
+    return out
+
+
+def _why(model_cfg: ModelConfig, other: str, rows: list[vllm_names.VersionRule]) -> str:
+    """The version-table rows behind a difference, naming fused-name ignore entries where that rule applies."""
+    qc = model_cfg.quantization or {}
+    groups = [g for g in (qc.get("config_groups") or {}).values() if isinstance(g, dict)]
+    args = [(g.get("weights") or {}, g.get("input_activations") or {}) for g in groups]
+    args = [(w, i) for w, i in args if isinstance(w, dict) and isinstance(i, dict)]
+    parts = []
+    for r in rows:
+        when = f"from {r.since[0]}.{r.since[1]}"
+        if r.name == "fused_name_ignore":
+            model = vllm_names.build(model_cfg, other)
+            hits = sorted({i for i in qc.get("ignore") or [] if isinstance(i, str)
+                           for l in model.layers if l.fused and R.equal_or_regex(l.name, i)})
+            if hits:
+                parts.append(f"ignore {', '.join(repr(h) for h in hits)} matches the fused layer name itself, which "
+                             f"{when} ignores the whole fused layer (before, each shard is checked and a partly "
+                             "ignored fused layer raises ValueError)")
+        elif r.name == "actorder_group_refused":
+            if any(str(w.get("actorder")).lower() in ("true", "group", "dynamic") for w, _ in args):
+                parts.append(f"{when}: {r.after}")
+        elif any(w.get("num_bits") == 4 and i.get("num_bits") == 8 for w, i in args):  # W4A8 rows
+            parts.append(f"{when}: {r.after}")
+    return "; ".join(parts) or "; ".join(f"{r.name} (from {r.since[0]}.{r.since[1]})" for r in rows)
+
+
+def _version_findings(model_cfg: ModelConfig, backbone: dict[str, Any], version: str) -> list[Finding]:
     model = vllm_names.build(model_cfg, version)
     specs = [*linear_modules(model_cfg), vllm_names.lm_head_spec(model_cfg)]
     stored = R.stored_schemes(backbone, specs)
@@ -174,7 +230,7 @@ def pattern_findings(model_cfg: ModelConfig, backbone: dict[str, Any], version: 
         hf: dict[str, R.HfDecision] = {}
     else:
         try:
-            qc = R.parse_quant_config(raw)
+            qc = R.parse_quant_config(raw, version)
         except R.QuantConfigError as e:
             return [Finding("quant-config-invalid", "error", f"vLLM refuses quantization_config: {e}", file=CONFIG_FILE,
                             fix="fix quantization_config so compressed-tensors' QuantizationConfig accepts it")]
