@@ -1,6 +1,7 @@
 """Int8 per-row quantization of the tables (the arithmetic of ``tables_format``), streamed by row block.
 
-Imports torch: only migration, fixtures and the serving hooks use it.
+Imports torch: fixtures and the serving hooks use it. Migration uses ``quantize_numpy``, the same
+arithmetic bit for bit without torch.
 """
 
 from __future__ import annotations
@@ -10,15 +11,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .quantize_numpy import NonFiniteRows  # noqa: F401 - one exception for the torch and numpy paths
 from .tables_format import QMAX
-
-
-class NonFiniteRows(ValueError):
-    """The source table has NaN or infinite values; quantizing it would hide that."""
-
-    def __init__(self, rows: list[int]) -> None:
-        super().__init__(f"{len(rows)} row(s) hold NaN or Inf, first: {rows[:5]}")
-        self.rows = rows
 
 
 def quantize_rows(block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
