@@ -1,11 +1,16 @@
 """The numpy int8 table quantizer (``quantize_numpy``, migrate's) is bit-identical to the torch one (``quantize``).
 
 Every comparison is exact: the int8 values and the float32 scales bit for bit, decoded tables bit
-for bit, NaN/Inf rows named alike. Torch is the reference here only.
+for bit, NaN/Inf rows named alike. Torch is the reference here only; migrate itself imports none
+(the last tests run it in a fresh interpreter and look at ``sys.modules``).
 """
 
 from __future__ import annotations
 
+import json
+import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,13 +19,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from clef_format import layouts as L
 from clef_format import quantize_numpy as N
 from clef_format import tables_format as TF
+from clef_format.checkpoint import read_checkpoint
+from clef_format.st_header import read_header
 
 torch = pytest.importorskip("torch")
 from clef_format import quantize as T  # noqa: E402 - needs torch
 from clef_format.migrate.stream_quant import RowQuantizer as TorchRowQuantizer  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = settings(max_examples=80, deadline=None)
 TORCH_DTYPE = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
 BITS = {"BF16": np.uint16, "F16": np.uint16, "F32": np.uint32}
@@ -344,3 +353,166 @@ def test_real_minilm_embedding_table_matches_torch() -> None:
         decoded = N.dequantize_rows(q, s, dtype)
         expect = torch_bits(T.dequantize_rows(torch.from_numpy(q), torch.from_numpy(s), TORCH_DTYPE[dtype]))
         assert np.array_equal(decoded.view(expect.dtype), expect)
+
+
+# ---- the streaming pipeline on real files ---------------------------------------------------------------
+
+def _table_file(tmp_path: Path, bits: np.ndarray, lead: int = 24) -> tuple[int, Path]:
+    path = tmp_path / "src.bin"
+    path.write_bytes(b"\x5a" * lead + bits.tobytes() + b"\xa5" * 8)
+    return lead, path
+
+
+@pytest.mark.parametrize("io_rows", [1, 7, 1024])
+def test_pipeline_writes_what_torch_computes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, io_rows: int) -> None:
+    import os
+
+    from clef_format.migrate import table_stream
+
+    monkeypatch.setattr(table_stream, "IO_ROWS", io_rows)
+    g = torch.Generator().manual_seed(5)
+    x = (torch.randn(61, 200, generator=g) * 0.05).to(torch.bfloat16)
+    x[3] = 0
+    bits = torch_bits(x)
+    lead, path = _table_file(tmp_path, bits)
+    src = os.open(path, os.O_RDONLY)
+    dst = os.open(tmp_path / "out.bin", os.O_RDWR | os.O_CREAT)
+    ticks: list[int] = []
+    try:
+        scales, figures = table_stream.quantize_table(src, lead, 61, 200, "BF16", dst, 100, ticks.append)
+        q_ref, s_ref = T.quantize_rows(x)
+        written = os.pread(dst, 61 * 200, 100)
+        assert written == q_ref.numpy().tobytes() and np.array_equal(scales, s_ref.numpy())
+        assert sum(ticks) == bits.nbytes
+        meter = T.QualityMeter()
+        meter.add(x, q_ref, s_ref)
+        _assert_figures_close(figures, meter.figures())
+        # and back: decode the file just written
+        with open(tmp_path / "tables.bin", "wb") as fh:
+            fh.write(written + s_ref.numpy().tobytes())
+        tsrc = os.open(tmp_path / "tables.bin", os.O_RDONLY)
+        try:
+            table_stream.decode_table(tsrc, 0, 61 * 200, 61, 200, "BF16", dst, 0, ticks.append)
+        finally:
+            os.close(tsrc)
+        expect = torch_bits(T.dequantize_rows(q_ref, s_ref, torch.bfloat16)).tobytes()
+        assert os.pread(dst, len(expect), 0) == expect
+    finally:
+        os.close(src)
+        os.close(dst)
+
+
+def test_pipeline_errors_reach_the_caller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+    import os
+    import threading
+
+    from clef_format.migrate import table_stream
+
+    monkeypatch.setattr(table_stream, "IO_ROWS", 4)
+    bits = np.full((40, 8), 0x3F80, np.uint16)
+    bits[33, 2] = 0x7FC0  # NaN in a late block
+    lead, path = _table_file(tmp_path, bits)
+    src = os.open(path, os.O_RDONLY)
+    dst = os.open(tmp_path / "out.bin", os.O_RDWR | os.O_CREAT)
+    before = threading.active_count()
+    try:
+        with pytest.raises(N.NonFiniteRows) as exc:
+            table_stream.quantize_table(src, lead, 40, 8, "BF16", dst, 0, lambda n: None)
+        assert exc.value.rows == [33]
+
+        def cancelled(n: int) -> None:
+            raise OSError(errno.ECANCELED, "another output failed")
+
+        bits[33, 2] = 0x3F80
+        with open(path, "r+b") as fh:
+            fh.seek(lead)
+            fh.write(bits.tobytes())
+        with pytest.raises(OSError) as exc2:
+            table_stream.quantize_table(src, lead, 40, 8, "BF16", dst, 0, cancelled)
+        assert exc2.value.errno == errno.ECANCELED
+        with pytest.raises(OSError) as exc3:  # the source ends before the table does
+            table_stream.quantize_table(src, lead, 41, 8, "BF16", dst, 0, lambda n: None, "t.bin: lm_head")
+        assert exc3.value.errno == errno.EIO and "lm_head" in str(exc3.value)
+    finally:
+        os.close(src)
+        os.close(dst)
+    assert threading.active_count() == before  # no stage thread left behind
+
+
+# ---- migrate end to end, in a fresh interpreter that never imports torch ------------------------------
+
+NO_TORCH_MIGRATE = """
+import contextlib, io, json, sys
+from clef_format.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    rc = main(sys.argv[1:])
+heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'safetensors', 'transformers', 'compressed_tensors'))
+print(json.dumps({"rc": rc, "heavy": heavy, "numpy": "numpy" in sys.modules, "report": json.loads(out.getvalue())}))
+"""
+
+
+def _migrate_without_torch(*args: str) -> dict:
+    import os
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", NO_TORCH_MIGRATE, "migrate", *args, "--json"],
+                          capture_output=True, text=True, env=env, check=True)
+    return json.loads(proc.stdout)
+
+
+def _tensor_bytes(path: Path, name: str) -> tuple[bytes, str, list[int]]:
+    h = read_header(path)
+    info = h.tensors[name]
+    with open(path, "rb") as fh:
+        fh.seek(h.data_start + info.begin)
+        return fh.read(info.nbytes), info.dtype, list(info.shape)
+
+
+def test_migrate_imports_no_torch_and_writes_torch_s_bytes(fresh) -> None:
+    root = fresh("layout-1")
+    ck = read_checkpoint(root)
+    sources = {name: _tensor_bytes(root / ck.tensor_file[name], name) for name in ck.tables}
+
+    up = _migrate_without_torch(str(root))
+    assert up["rc"] == 0 and up["heavy"] == [] and up["numpy"], up
+    assert up["report"]["layout"] == "layout-2" and up["report"]["ok"]
+    tables = root / L.TABLES
+    quality = json.loads(read_header(tables).metadata["quality"])
+    for name, (raw, dtype, shape) in sources.items():
+        assert dtype == "BF16"
+        x = to_torch(np.frombuffer(raw, np.uint16).reshape(shape), "BF16")
+        q_ref, s_ref = T.quantize_rows(x)
+        q, _, _ = _tensor_bytes(tables, name)
+        s, _, _ = _tensor_bytes(tables, TF.scale_name(name))
+        assert q == q_ref.numpy().tobytes() and s == s_ref.numpy().tobytes()
+        meter = T.QualityMeter()
+        meter.add(x, q_ref, s_ref)
+        _assert_figures_close(quality[name], meter.figures())
+
+    down = _migrate_without_torch(str(root), "--to", "layout-1")
+    assert down["rc"] == 0 and down["heavy"] == [] and down["report"]["layout"] == "layout-1", down
+    ck = read_checkpoint(root)
+    for name, (raw, dtype, shape) in sources.items():
+        x = to_torch(np.frombuffer(raw, np.uint16).reshape(shape), "BF16")
+        q_ref, s_ref = T.quantize_rows(x)
+        decoded, got_dtype, got_shape = _tensor_bytes(root / ck.tensor_file[name], name)
+        assert (got_dtype, got_shape) == ("BF16", shape)
+        assert decoded == torch_bits(T.dequantize_rows(q_ref, s_ref, torch.bfloat16)).tobytes()
+
+
+def test_migrate_without_torch_refuses_nonfinite_rows(fresh) -> None:
+    root = fresh("layout-1")
+    ck = read_checkpoint(root)
+    name = L.LM_HEAD
+    rel = ck.tensor_file[name]
+    h = read_header(root / rel)
+    info = h.tensors[name]
+    with open(root / rel, "r+b") as fh:
+        fh.seek(h.data_start + info.begin + 300 * info.shape[1] * 2 + 4)
+        fh.write(struct.pack("<H", 0xFF80))  # BF16 -Inf in row 300
+    out = _migrate_without_torch(str(root))
+    assert out["rc"] == 1 and out["heavy"] == []
+    (finding,) = [f for f in out["report"]["findings"] if f["severity"] == "error"]
+    assert finding["code"] == "table-nonfinite" and "[300]" in finding["message"]

@@ -1,0 +1,183 @@
+"""Stream one table between files through the numpy quantizer or decoder: read, compute, write overlapped.
+
+Three stages over a ring of preallocated slots (``SLOTS`` blocks of ``IO_ROWS`` rows):
+
+    reader thread   os.preadv the next block of source rows into a free slot
+    calling thread  quantize (or decode) it into the slot's output buffer (numpy releases the GIL)
+    writer thread   os.pwrite the result at its place in the output file, tick, free the slot
+
+so a table keeps one core busy computing while its reads and writes wait on the disk, and the
+two tables of a file (run by ``writer`` on two threads) keep both cores busy. Memory is fixed:
+``SLOTS`` x (input + output block) plus the compute scratch of ``quantize_numpy`` (a few MiB),
+and the scales of the table (4 bytes a row). No torch: numpy and the standard library only.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import queue
+import threading
+from typing import Callable
+
+import numpy as np
+
+from ..quantize_numpy import RowDecoder, RowQuantizer, itemsize
+from .writer import _advise, write_all_at
+
+Tick = Callable[[int], None]
+#: Rows per read and write: 1024 x 4096 BF16 = 8 MiB read, 4 MiB written per block.
+IO_ROWS = 1024
+#: Blocks in flight: one being read, one computed, one written.
+SLOTS = 3
+_POLL_S = 0.1
+
+
+class _Failed(Exception):
+    """Another stage failed: stop quietly (its error is the one raised)."""
+
+
+class _Slot:
+    def __init__(self, in_bytes: int, out_bytes: int) -> None:
+        self.inp = bytearray(in_bytes)
+        self.out = bytearray(out_bytes)
+
+
+def _pipeline(blocks: list[tuple[int, int]], slots: list[_Slot], read: Callable[[_Slot, int, int], None],
+              compute: Callable[[_Slot, int, int], None], write: Callable[[_Slot, int, int], None]) -> None:
+    """Run read -> compute -> write over ``blocks`` ((first row, rows) each); re-raise the first error."""
+    free: queue.Queue = queue.Queue()
+    filled: queue.Queue = queue.Queue()
+    done: queue.Queue = queue.Queue()
+    for s in slots:
+        free.put(s)
+    failed = threading.Event()
+    errors: list[BaseException] = []
+
+    def get(q: queue.Queue) -> object:
+        while True:
+            try:
+                return q.get(timeout=_POLL_S)
+            except queue.Empty:
+                if failed.is_set():
+                    raise _Failed from None
+
+    def guarded(fn: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                fn()
+            except _Failed:
+                pass
+            except BaseException as exc:  # noqa: B902 - re-raised by the calling thread
+                errors.append(exc)
+                failed.set()
+        return run
+
+    def reader() -> None:
+        for first, r in blocks:
+            slot = get(free)
+            read(slot, first, r)  # type: ignore[arg-type]
+            filled.put((slot, first, r))
+            if failed.is_set():
+                return
+
+    def writer() -> None:
+        for _ in blocks:
+            slot, first, r = get(done)  # type: ignore[misc]
+            write(slot, first, r)
+            free.put(slot)
+
+    def worker() -> None:
+        for _ in blocks:
+            slot, first, r = get(filled)  # type: ignore[misc]
+            compute(slot, first, r)
+            done.put((slot, first, r))
+
+    threads = [threading.Thread(target=guarded(f), name=f"clef-table-{f.__name__}", daemon=True)
+               for f in (reader, writer)]
+    for t in threads:
+        t.start()
+    try:
+        guarded(worker)()
+    finally:
+        if errors:
+            failed.set()
+        for t in threads:
+            t.join()
+    if errors:
+        raise errors[0]
+
+
+def _blocks(rows: int) -> list[tuple[int, int]]:
+    return [(first, min(IO_ROWS, rows - first)) for first in range(0, rows, IO_ROWS)]
+
+
+def _read_exact(fd: int, view: memoryview, offset: int, what: str) -> None:
+    got = 0
+    while got < len(view):
+        n = os.preadv(fd, [view[got:]], offset + got)
+        if n == 0:
+            raise OSError(errno.EIO, f"short read in {what}")
+        got += n
+
+
+def quantize_table(src_fd: int, offset: int, rows: int, hidden: int, dtype: str, dst_fd: int, at: int,
+                   tick: Tick, what: str = "table") -> tuple[np.ndarray, dict[str, float]]:
+    """Quantize ``rows`` x ``hidden`` ``dtype`` rows at ``offset`` of ``src_fd`` to I8 at ``at`` of ``dst_fd``.
+
+    Returns the F32 ``[rows, 1]`` scales and the table's quality figures. Raises
+    ``quantize_numpy.NonFiniteRows`` for NaN/Inf rows (with the rows written before it: the
+    caller discards the output file), ``OSError`` for I/O errors.
+    """
+    row_bytes = hidden * itemsize(dtype)
+    scales = np.zeros((rows, 1), np.float32)
+    rq = RowQuantizer(hidden, dtype)
+    io_rows = min(IO_ROWS, max(rows, 1))
+    slots = [_Slot(io_rows * row_bytes, io_rows * hidden) for _ in range(SLOTS)]
+    bits = np.uint32 if dtype == "F32" else np.uint16
+    _advise(src_fd, offset, rows * row_bytes, "POSIX_FADV_SEQUENTIAL")
+
+    def read(slot: _Slot, first: int, r: int) -> None:
+        ahead = offset + (first + SLOTS * IO_ROWS) * row_bytes
+        _advise(src_fd, ahead, min(IO_ROWS, max(0, rows - first - SLOTS * IO_ROWS)) * row_bytes, "POSIX_FADV_WILLNEED")
+        _read_exact(src_fd, memoryview(slot.inp)[: r * row_bytes], offset + first * row_bytes, what)
+
+    def compute(slot: _Slot, first: int, r: int) -> None:
+        raw = np.frombuffer(slot.inp, bits, count=r * hidden).reshape(r, hidden)
+        q = np.frombuffer(slot.out, np.int8, count=r * hidden).reshape(r, hidden)
+        rq.block(raw, first, q, scales[first:first + r])
+
+    def write(slot: _Slot, first: int, r: int) -> None:
+        write_all_at(dst_fd, memoryview(slot.out)[: r * hidden], at + first * hidden)
+        tick(r * row_bytes)
+
+    _pipeline(_blocks(rows), slots, read, compute, write)
+    return scales, rq.figures()
+
+
+def decode_table(src_fd: int, values_offset: int, scales_offset: int, rows: int, hidden: int, dtype: str,
+                 dst_fd: int, at: int, tick: Tick, what: str = "table") -> None:
+    """Decode an I8 table and its F32 scales from ``src_fd`` to ``dtype`` rows at ``at`` of ``dst_fd``."""
+    out_row = hidden * itemsize(dtype)
+    raw = bytearray(rows * 4)
+    _read_exact(src_fd, memoryview(raw), scales_offset, what)
+    scales = np.frombuffer(raw, np.float32).reshape(rows, 1)
+    dec = RowDecoder(hidden, dtype)
+    io_rows = min(IO_ROWS, max(rows, 1))
+    slots = [_Slot(io_rows * hidden, io_rows * out_row) for _ in range(SLOTS)]
+    bits = np.uint32 if dtype == "F32" else np.uint16
+    _advise(src_fd, values_offset, rows * hidden, "POSIX_FADV_SEQUENTIAL")
+
+    def read(slot: _Slot, first: int, r: int) -> None:
+        _read_exact(src_fd, memoryview(slot.inp)[: r * hidden], values_offset + first * hidden, what)
+
+    def compute(slot: _Slot, first: int, r: int) -> None:
+        q = np.frombuffer(slot.inp, np.int8, count=r * hidden).reshape(r, hidden)
+        out = np.frombuffer(slot.out, bits, count=r * hidden).reshape(r, hidden)
+        dec.block(q, scales[first:first + r], out)
+
+    def write(slot: _Slot, first: int, r: int) -> None:
+        write_all_at(dst_fd, memoryview(slot.out)[: r * out_row], at + first * out_row)
+        tick(r * hidden)
+
+    _pipeline(_blocks(rows), slots, read, compute, write)
