@@ -260,6 +260,21 @@ class QualityMeter:
         }
 
 
+class NormLog:
+    """Row norms recorded for a ``QualityMeter`` later: blocks quantized out of order (several
+    threads) are accounted in row order, so the figures do not depend on the thread count."""
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def add_norms(self, nx: np.ndarray, ny: np.ndarray, nd: np.ndarray) -> None:
+        self.parts.append((nx, ny, nd))
+
+    def replay(self, meter: QualityMeter) -> None:
+        for part in self.parts:
+            meter.add_norms(*part)
+
+
 class RowQuantizer:
     """Quantize one table block by block into caller-owned output, accumulating its quality figures.
 
@@ -278,22 +293,26 @@ class RowQuantizer:
         self.meter = QualityMeter()
 
     def block(self, raw: np.ndarray, first_row: int = 0, q_out: np.ndarray | None = None,
-              scale_out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+              scale_out: np.ndarray | None = None, meter: "QualityMeter | NormLog | None" = None
+              ) -> tuple[np.ndarray, np.ndarray]:
         """Quantize ``[r, hidden]`` source rows (their bits) into ``q_out`` (I8) and ``scale_out`` (F32 ``[r, 1]``).
 
-        Without ``q_out`` / ``scale_out`` new arrays are returned. Raises ``NonFiniteRows`` naming
-        ``first_row``-based row numbers, before anything of the block is written.
+        Without ``q_out`` / ``scale_out`` new arrays are returned. The rows' norms go to ``meter``
+        (default: this quantizer's own). Raises ``NonFiniteRows`` naming ``first_row``-based row
+        numbers, before anything of the block is written.
         """
         bits = _bits(raw, self.dtype).reshape(-1, self.hidden)
         r = bits.shape[0]
         q = np.empty((r, self.hidden), np.int8) if q_out is None else q_out.reshape(r, self.hidden)
         scale = np.empty((r, 1), np.float32) if scale_out is None else scale_out.reshape(r, 1)
+        meter = self.meter if meter is None else meter
         for a in range(0, r, self.block_rows):
             b = min(r, a + self.block_rows)
-            self._piece(bits[a:b], first_row + a, q[a:b], scale[a:b, 0])
+            self._piece(bits[a:b], first_row + a, q[a:b], scale[a:b, 0], meter)
         return q, scale
 
-    def _piece(self, bits: np.ndarray, first_row: int, q: np.ndarray, scale_out: np.ndarray) -> None:
+    def _piece(self, bits: np.ndarray, first_row: int, q: np.ndarray, scale_out: np.ndarray,
+               meter: "QualityMeter | NormLog") -> None:
         r = bits.shape[0]
         x, d, t, mag = self.x[:r], self.d[:r], self.t[:r], self.mag[:r]
         amax = _amax(bits, self.dtype, mag, first_row)
@@ -310,7 +329,7 @@ class RowQuantizer:
         with np.errstate(all="ignore"):  # q * scale may round past the largest float32: Inf, as in torch
             np.multiply(d, scale[:, None], out=t)
             np.subtract(x, t, out=t)
-        self.meter.add_norms(nx, nq * scale.astype(np.float64), row_norms(t))
+        meter.add_norms(nx, nq * scale.astype(np.float64), row_norms(t))
 
     def figures(self) -> dict[str, float]:
         return self.meter.figures()

@@ -363,13 +363,15 @@ def _table_file(tmp_path: Path, bits: np.ndarray, lead: int = 24) -> tuple[int, 
     return lead, path
 
 
-@pytest.mark.parametrize("io_rows", [1, 7, 1024])
-def test_pipeline_writes_what_torch_computes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, io_rows: int) -> None:
+@pytest.mark.parametrize("io_rows,workers", [(1, 1), (7, 1), (7, 2), (5, 3), (1024, 2)])
+def test_pipeline_writes_what_torch_computes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, io_rows: int,
+                                             workers: int) -> None:
     import os
 
     from clef_format.migrate import table_stream
 
     monkeypatch.setattr(table_stream, "IO_ROWS", io_rows)
+    monkeypatch.setattr(table_stream, "WORKERS", workers)
     g = torch.Generator().manual_seed(5)
     x = (torch.randn(61, 200, generator=g) * 0.05).to(torch.bfloat16)
     x[3] = 0
@@ -387,6 +389,10 @@ def test_pipeline_writes_what_torch_computes(tmp_path: Path, monkeypatch: pytest
         meter = T.QualityMeter()
         meter.add(x, q_ref, s_ref)
         _assert_figures_close(figures, meter.figures())
+        rq = N.RowQuantizer(200)  # one thread, one call: the same figures exactly, whatever the threads
+        for first in range(0, 61, io_rows):
+            rq.block(bits[first:first + io_rows], first)
+        assert figures == rq.figures()
         # and back: decode the file just written
         with open(tmp_path / "tables.bin", "wb") as fh:
             fh.write(written + s_ref.numpy().tobytes())
@@ -402,7 +408,8 @@ def test_pipeline_writes_what_torch_computes(tmp_path: Path, monkeypatch: pytest
         os.close(dst)
 
 
-def test_pipeline_errors_reach_the_caller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_pipeline_errors_reach_the_caller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int) -> None:
     import errno
     import os
     import threading
@@ -410,8 +417,9 @@ def test_pipeline_errors_reach_the_caller(tmp_path: Path, monkeypatch: pytest.Mo
     from clef_format.migrate import table_stream
 
     monkeypatch.setattr(table_stream, "IO_ROWS", 4)
+    monkeypatch.setattr(table_stream, "WORKERS", workers)
     bits = np.full((40, 8), 0x3F80, np.uint16)
-    bits[33, 2] = 0x7FC0  # NaN in a late block
+    bits[[33, 38], 2] = 0x7FC0  # NaN in two late blocks: the earlier one is reported
     lead, path = _table_file(tmp_path, bits)
     src = os.open(path, os.O_RDONLY)
     dst = os.open(tmp_path / "out.bin", os.O_RDWR | os.O_CREAT)
@@ -424,7 +432,7 @@ def test_pipeline_errors_reach_the_caller(tmp_path: Path, monkeypatch: pytest.Mo
         def cancelled(n: int) -> None:
             raise OSError(errno.ECANCELED, "another output failed")
 
-        bits[33, 2] = 0x3F80
+        bits[[33, 38], 2] = 0x3F80
         with open(path, "r+b") as fh:
             fh.seek(lead)
             fh.write(bits.tobytes())

@@ -1,15 +1,17 @@
 """Stream one table between files through the numpy quantizer or decoder: read, compute, write overlapped.
 
-Three stages over a ring of preallocated slots (``SLOTS`` blocks of ``IO_ROWS`` rows):
+Three stages over a ring of preallocated slots (``WORKERS + 2`` blocks of ``IO_ROWS`` rows):
 
-    reader thread   os.preadv the next block of source rows into a free slot
-    calling thread  quantize (or decode) it into the slot's output buffer (numpy releases the GIL)
-    writer thread   os.pwrite the result at its place in the output file, tick, free the slot
+    reader thread     os.preadv the next block of source rows into a free slot
+    compute threads   quantize (or decode) blocks into their slots' output buffers, ``WORKERS``
+                      of them (the calling thread is one; numpy releases the GIL)
+    writer thread     os.pwrite each result at its place in the output file, tick, free the slot
 
-so a table keeps one core busy computing while its reads and writes wait on the disk, and the
-two tables of a file (run by ``writer`` on two threads) keep both cores busy. Memory is fixed:
-``SLOTS`` x (input + output block) plus the compute scratch of ``quantize_numpy`` (a few MiB),
-and the scales of the table (4 bytes a row). No torch: numpy and the standard library only.
+so the cores compute while reads and writes wait on the disk. Results do not depend on the
+thread count: every block has its place in the output, and the quality figures are accounted
+in row order. Memory is fixed: the slots (input + output block each), the compute scratch of
+``quantize_numpy`` (a few MiB per thread) and the scales of the table (4 bytes a row).
+No torch: numpy and the standard library only.
 """
 
 from __future__ import annotations
@@ -22,14 +24,17 @@ from typing import Callable
 
 import numpy as np
 
-from ..quantize_numpy import RowDecoder, RowQuantizer, itemsize
+from ..quantize_numpy import NormLog, QualityMeter, RowDecoder, RowQuantizer, itemsize
 from .writer import _advise, write_all_at
 
 Tick = Callable[[int], None]
 #: Rows per read and write: 1024 x 4096 BF16 = 8 MiB read, 4 MiB written per block.
 IO_ROWS = 1024
-#: Blocks in flight: one being read, one computed, one written.
-SLOTS = 3
+#: Compute threads per table (numpy releases the GIL: each can have a core). ``writer`` runs the
+#: two tables of the tables file at once, so half the cores each; on 2 cores one thread per table
+#: measured faster than two (benchmarks/RESULTS.md: the kernel's copy of the backbone needs CPU
+#: too). Blocks in flight: one per compute thread, one being read, one being written.
+WORKERS = int(os.environ.get("CLEF_FORMAT_TABLE_WORKERS", "0")) or max(1, (os.cpu_count() or 1) // 2)
 _POLL_S = 0.1
 
 
@@ -44,15 +49,21 @@ class _Slot:
 
 
 def _pipeline(blocks: list[tuple[int, int]], slots: list[_Slot], read: Callable[[_Slot, int, int], None],
-              compute: Callable[[_Slot, int, int], None], write: Callable[[_Slot, int, int], None]) -> None:
-    """Run read -> compute -> write over ``blocks`` ((first row, rows) each); re-raise the first error."""
+              computers: list[Callable[[_Slot, int, int, int], None]], write: Callable[[_Slot, int, int], None]) -> None:
+    """Run read -> compute -> write over ``blocks`` ((first row, rows) each); re-raise the first error.
+
+    One reader, one writer and one thread per entry of ``computers`` (the first is the calling
+    thread); a computer gets the slot, the block's index, first row and row count.
+    """
     free: queue.Queue = queue.Queue()
     filled: queue.Queue = queue.Queue()
     done: queue.Queue = queue.Queue()
     for s in slots:
         free.put(s)
     failed = threading.Event()
-    errors: list[BaseException] = []
+    errors: list[tuple[int, BaseException]] = []  # (block index, error): the earliest block's is raised
+    at_block = threading.local()
+    _END = None
 
     def get(q: queue.Queue) -> object:
         while True:
@@ -69,43 +80,54 @@ def _pipeline(blocks: list[tuple[int, int]], slots: list[_Slot], read: Callable[
             except _Failed:
                 pass
             except BaseException as exc:  # noqa: B902 - re-raised by the calling thread
-                errors.append(exc)
+                errors.append((getattr(at_block, "index", -1), exc))
                 failed.set()
         return run
 
     def reader() -> None:
-        for first, r in blocks:
+        for index, (first, r) in enumerate(blocks):
             slot = get(free)
+            at_block.index = index
             read(slot, first, r)  # type: ignore[arg-type]
-            filled.put((slot, first, r))
+            filled.put((slot, index, first, r))
             if failed.is_set():
                 return
+        for _ in computers:
+            filled.put(_END)
 
     def writer() -> None:
         for _ in blocks:
-            slot, first, r = get(done)  # type: ignore[misc]
+            slot, index, first, r = get(done)  # type: ignore[misc]
+            at_block.index = index
             write(slot, first, r)
             free.put(slot)
 
-    def worker() -> None:
-        for _ in blocks:
-            slot, first, r = get(filled)  # type: ignore[misc]
-            compute(slot, first, r)
-            done.put((slot, first, r))
+    def worker(compute: Callable[[_Slot, int, int, int], None]) -> Callable[[], None]:
+        def run() -> None:
+            while True:
+                item = get(filled)
+                if item is _END:
+                    return
+                slot, index, first, r = item  # type: ignore[misc]
+                at_block.index = index
+                compute(slot, index, first, r)
+                done.put(item)
+        return run
 
-    threads = [threading.Thread(target=guarded(f), name=f"clef-table-{f.__name__}", daemon=True)
-               for f in (reader, writer)]
+    threads = [threading.Thread(target=guarded(f), name=f"clef-table-{name}", daemon=True)
+               for f, name in [(reader, "reader"), (writer, "writer")]
+               + [(worker(c), f"compute-{i}") for i, c in enumerate(computers[1:], 1)]]
     for t in threads:
         t.start()
     try:
-        guarded(worker)()
+        guarded(worker(computers[0]))()
     finally:
         if errors:
             failed.set()
         for t in threads:
             t.join()
     if errors:
-        raise errors[0]
+        raise min(errors, key=lambda e: e[0])[1]
 
 
 def _blocks(rows: int) -> list[tuple[int, int]]:
@@ -131,28 +153,35 @@ def quantize_table(src_fd: int, offset: int, rows: int, hidden: int, dtype: str,
     """
     row_bytes = hidden * itemsize(dtype)
     scales = np.zeros((rows, 1), np.float32)
-    rq = RowQuantizer(hidden, dtype)
+    blocks = _blocks(rows)
     io_rows = min(IO_ROWS, max(rows, 1))
-    slots = [_Slot(io_rows * row_bytes, io_rows * hidden) for _ in range(SLOTS)]
+    n = max(1, min(WORKERS, len(blocks)))
+    slots = [_Slot(io_rows * row_bytes, io_rows * hidden) for _ in range(n + 2)]
     bits = np.uint32 if dtype == "F32" else np.uint16
+    logs = [NormLog() for _ in blocks]  # norms per block, accounted in row order at the end
     _advise(src_fd, offset, rows * row_bytes, "POSIX_FADV_SEQUENTIAL")
 
     def read(slot: _Slot, first: int, r: int) -> None:
-        ahead = offset + (first + SLOTS * IO_ROWS) * row_bytes
-        _advise(src_fd, ahead, min(IO_ROWS, max(0, rows - first - SLOTS * IO_ROWS)) * row_bytes, "POSIX_FADV_WILLNEED")
         _read_exact(src_fd, memoryview(slot.inp)[: r * row_bytes], offset + first * row_bytes, what)
 
-    def compute(slot: _Slot, first: int, r: int) -> None:
-        raw = np.frombuffer(slot.inp, bits, count=r * hidden).reshape(r, hidden)
-        q = np.frombuffer(slot.out, np.int8, count=r * hidden).reshape(r, hidden)
-        rq.block(raw, first, q, scales[first:first + r])
+    def computer() -> Callable[[_Slot, int, int, int], None]:
+        rq = RowQuantizer(hidden, dtype)  # scratch of its own per thread
+
+        def compute(slot: _Slot, index: int, first: int, r: int) -> None:
+            raw = np.frombuffer(slot.inp, bits, count=r * hidden).reshape(r, hidden)
+            q = np.frombuffer(slot.out, np.int8, count=r * hidden).reshape(r, hidden)
+            rq.block(raw, first, q, scales[first:first + r], logs[index])
+        return compute
 
     def write(slot: _Slot, first: int, r: int) -> None:
         write_all_at(dst_fd, memoryview(slot.out)[: r * hidden], at + first * hidden)
         tick(r * row_bytes)
 
-    _pipeline(_blocks(rows), slots, read, compute, write)
-    return scales, rq.figures()
+    _pipeline(blocks, slots, read, [computer() for _ in range(n)], write)
+    meter = QualityMeter()
+    for log in logs:
+        log.replay(meter)
+    return scales, meter.figures()
 
 
 def decode_table(src_fd: int, values_offset: int, scales_offset: int, rows: int, hidden: int, dtype: str,
@@ -162,22 +191,27 @@ def decode_table(src_fd: int, values_offset: int, scales_offset: int, rows: int,
     raw = bytearray(rows * 4)
     _read_exact(src_fd, memoryview(raw), scales_offset, what)
     scales = np.frombuffer(raw, np.float32).reshape(rows, 1)
-    dec = RowDecoder(hidden, dtype)
+    blocks = _blocks(rows)
     io_rows = min(IO_ROWS, max(rows, 1))
-    slots = [_Slot(io_rows * hidden, io_rows * out_row) for _ in range(SLOTS)]
+    n = max(1, min(WORKERS, len(blocks)))
+    slots = [_Slot(io_rows * hidden, io_rows * out_row) for _ in range(n + 2)]
     bits = np.uint32 if dtype == "F32" else np.uint16
     _advise(src_fd, values_offset, rows * hidden, "POSIX_FADV_SEQUENTIAL")
 
     def read(slot: _Slot, first: int, r: int) -> None:
         _read_exact(src_fd, memoryview(slot.inp)[: r * hidden], values_offset + first * hidden, what)
 
-    def compute(slot: _Slot, first: int, r: int) -> None:
-        q = np.frombuffer(slot.inp, np.int8, count=r * hidden).reshape(r, hidden)
-        out = np.frombuffer(slot.out, bits, count=r * hidden).reshape(r, hidden)
-        dec.block(q, scales[first:first + r], out)
+    def computer() -> Callable[[_Slot, int, int, int], None]:
+        dec = RowDecoder(hidden, dtype)
+
+        def compute(slot: _Slot, index: int, first: int, r: int) -> None:
+            q = np.frombuffer(slot.inp, np.int8, count=r * hidden).reshape(r, hidden)
+            out = np.frombuffer(slot.out, bits, count=r * hidden).reshape(r, hidden)
+            dec.block(q, scales[first:first + r], out)
+        return compute
 
     def write(slot: _Slot, first: int, r: int) -> None:
         write_all_at(dst_fd, memoryview(slot.out)[: r * out_row], at + first * out_row)
         tick(r * hidden)
 
-    _pipeline(_blocks(rows), slots, read, compute, write)
+    _pipeline(blocks, slots, read, [computer() for _ in range(n)], write)
