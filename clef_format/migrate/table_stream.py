@@ -33,7 +33,8 @@ IO_ROWS = 1024
 #: Compute threads per table (numpy releases the GIL: each can have a core). ``writer`` runs the
 #: two tables of the tables file at once, so half the cores each; on 2 cores one thread per table
 #: measured faster than two (benchmarks/RESULTS.md: the kernel's copy of the backbone needs CPU
-#: too). Blocks in flight: one per compute thread, one being read, one being written.
+#: too). ``CLEF_FORMAT_TABLE_WORKERS`` overrides it. Blocks in flight: one per compute thread, one
+#: being read, one being written.
 WORKERS = int(os.environ.get("CLEF_FORMAT_TABLE_WORKERS", "0")) or max(1, (os.cpu_count() or 1) // 2)
 _POLL_S = 0.1
 
@@ -50,7 +51,7 @@ class _Slot:
 
 def _pipeline(blocks: list[tuple[int, int]], slots: list[_Slot], read: Callable[[_Slot, int, int], None],
               computers: list[Callable[[_Slot, int, int, int], None]], write: Callable[[_Slot, int, int], None]) -> None:
-    """Run read -> compute -> write over ``blocks`` ((first row, rows) each); re-raise the first error.
+    """Run read -> compute -> write over ``blocks`` ((first row, rows) each); raise the earliest block's error.
 
     One reader, one writer and one thread per entry of ``computers`` (the first is the calling
     thread); a computer gets the slot, the block's index, first row and row count.
