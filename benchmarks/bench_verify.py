@@ -57,7 +57,7 @@ def main() -> None:
             for name, cmd in cmds.items():
                 times[name].append(timed(cmd))
     base = statistics.median(times["python -c 'import json'"])
-    print(f"| command | median ms | ratio to `python -c 'import json'` |")
+    print("| command | median ms | ratio to `python -c 'import json'` |")
     print("|---|---|---|")
     for name, ts in times.items():
         med = statistics.median(ts)

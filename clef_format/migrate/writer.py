@@ -33,7 +33,6 @@ Tick = Callable[[int], None]
 COPY_CHUNK = 256 * 1024 * 1024
 FALLBACK_BUFFER = 8 * 1024 * 1024
 _NO_CFR = (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF, errno.EPERM)
-_TORCH_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
 
 
 def write_all(fd: int, data: "memoryview | bytes") -> None:
@@ -131,33 +130,10 @@ class _Sources:
 
 
 def _quantize(src: _Sources, s: QuantValues, dst_fd: int, at: int, tick: Tick, scales: dict, quality: dict) -> None:
-    import torch
+    from clef_format.migrate.table_stream import quantize_table  # numpy: imported only when a table is quantized
 
-    from clef_format.quant.stream import BLOCK_ROWS, RowQuantizer
-
-    torch.set_num_threads(1)  # one table per worker thread; OpenMP threads only contend on small machines
-    dtype = getattr(torch, _TORCH_DTYPES[s.dtype])
-    item = torch.empty((), dtype=dtype).element_size()
-    rq = RowQuantizer(s.hidden)
-    buf = bytearray(BLOCK_ROWS * s.hidden * item)
-    fd = src.fd(s.rel)
-    row_bytes = s.hidden * item
-    _advise(fd, s.offset, s.rows * row_bytes, "POSIX_FADV_SEQUENTIAL")
-    parts = []
-    for first in range(0, s.rows, BLOCK_ROWS):
-        r = min(BLOCK_ROWS, s.rows - first)
-        _advise(fd, s.offset + (first + 4 * BLOCK_ROWS) * row_bytes, BLOCK_ROWS * row_bytes, "POSIX_FADV_WILLNEED")
-        view = memoryview(buf)[: r * row_bytes]
-        got = os.preadv(fd, [view], s.offset + first * row_bytes)
-        if got != len(view):
-            raise OSError(errno.EIO, f"{s.rel}: short read in {s.table}")
-        rows = torch.frombuffer(view, dtype=dtype).view(r, s.hidden)
-        q, scale = rq.block(rows, first)
-        write_all_at(dst_fd, q.numpy().data, at + first * s.hidden)
-        parts.append(scale.clone())
-        tick(len(view))
-    scales[s.table] = torch.cat(parts) if parts else torch.empty(0, 1)
-    quality[s.table] = rq.figures()
+    scales[s.table], quality[s.table] = quantize_table(src.fd(s.rel), s.offset, s.rows, s.hidden, s.dtype, dst_fd,
+                                                       at, tick, f"{s.rel}: {s.table}")
 
 
 def _advise(fd: int, offset: int, length: int, advice: str) -> None:
@@ -170,25 +146,10 @@ def _advise(fd: int, offset: int, length: int, advice: str) -> None:
 
 
 def _decode(src: _Sources, s: Decoded, dst_fd: int, at: int, tick: Tick) -> None:
-    import torch
+    from clef_format.migrate.table_stream import decode_table
 
-    from clef_format.quant.int8 import dequantize_rows
-    from clef_format.quant.stream import BLOCK_ROWS
-
-    fd = src.fd(s.rel)
-    raw = os.pread(fd, s.rows * 4, s.scales_offset)
-    scales = torch.frombuffer(bytearray(raw), dtype=torch.float32).view(s.rows, 1)
-    dtype = getattr(torch, _TORCH_DTYPES[s.dtype])
-    buf = bytearray(BLOCK_ROWS * s.hidden)
-    for first in range(0, s.rows, BLOCK_ROWS):
-        r = min(BLOCK_ROWS, s.rows - first)
-        view = memoryview(buf)[: r * s.hidden]
-        if os.preadv(fd, [view], s.values_offset + first * s.hidden) != len(view):
-            raise OSError(errno.EIO, f"{s.rel}: short read in {s.table}")
-        q = torch.frombuffer(view, dtype=torch.int8).view(r, s.hidden)
-        out = dequantize_rows(q, scales[first:first + r], dtype)
-        write_all_at(dst_fd, out.view(torch.uint8).numpy().data, at + first * s.hidden * out.element_size())
-        tick(r * s.hidden)
+    decode_table(src.fd(s.rel), s.values_offset, s.scales_offset, s.rows, s.hidden, s.dtype, dst_fd, at, tick,
+                 f"{s.rel}: {s.table}")
 
 
 def _write_safetensors(out: Safetensors, src_root: str, fd: int, tick: Tick) -> dict:
@@ -225,7 +186,7 @@ def _write_safetensors(out: Safetensors, src_root: str, fd: int, tick: Tick) -> 
         with ThreadPoolExecutor(max_workers=2) as pool:
             wait_all([pool.submit(one, *job) for job in jobs])
         for t, at in deferred:
-            data = scales[t.source.table].contiguous().numpy()
+            data = scales[t.source.table]  # numpy F32 [rows, 1], contiguous
             write_all_at(fd, data.data, at)
             tick(data.nbytes)
     finally:

@@ -1,6 +1,7 @@
 """Int8 per-row quantization of the tables (the arithmetic of ``tables_format``), streamed by row block.
 
-Imports torch: only migration, fixtures and the serving hooks use it.
+Imports torch: fixtures and the serving hooks use it. Migration uses ``quant.int8_numpy``, the same
+arithmetic bit for bit without torch.
 """
 
 from __future__ import annotations
