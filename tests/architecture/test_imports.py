@@ -150,6 +150,7 @@ def test_the_rules_catch_an_upward_arrow(tmp_path: Path, monkeypatch: pytest.Mon
     ("clef_format.verify.run", ("torch", "numpy", "huggingface_hub", "rich", "safetensors", "clef_format.migrate")),
     ("clef_format.vllm_rules.matching", ("torch", "vllm", "compressed_tensors", "transformers")),
     ("clef_format.migrate.session", ("torch", "vllm", "rich")),
+    ("clef_format.migrate.manifest_writer", ("torch", "vllm", "rich")),
     ("clef_format.vllm", ("torch", "vllm", "triton")),
     ("clef_format.compat", ("torch", "vllm")),
 ])
@@ -192,3 +193,12 @@ def test_only_the_writers_write() -> None:
     bad = [f"{p.relative_to(PKG)}: {', '.join(w)}" for p in _modules()
            if _package(p) not in WRITERS and (w := _writes(p))]
     assert bad == []
+
+
+def test_the_core_install_has_no_torch() -> None:
+    """torch is in the ``vllm``, ``fixtures`` and ``test`` extras only: verify, migrate and manifest run without it."""
+    import tomllib
+
+    project = tomllib.loads((PKG.parent / "pyproject.toml").read_text())["project"]
+    assert not [d for d in project["dependencies"] if d.split(">")[0].split("=")[0].strip() == "torch"]
+    assert any(d.startswith("torch") for d in project["optional-dependencies"]["vllm"])
