@@ -10,7 +10,7 @@ from clef_format.read.checkpoint import Checkpoint
 from clef_format.spec import layouts as L
 from clef_format.spec.findings import Finding, error, warning
 from clef_format.spec.layouts import Layout, migrate_command
-from clef_format.spec.marker import MarkerError, check_marker
+from clef_format.spec.marker import MarkerError, parse_marker
 
 
 def check_layout(ck: Checkpoint) -> Iterator[Finding]:
@@ -58,10 +58,22 @@ def check_layout(ck: Checkpoint) -> Iterator[Finding]:
             yield error("tables-missing", f"{L.TABLES} is missing" + (
                 f" (and the backbone still holds {', '.join(in_backbone)})" if in_backbone else ""),
                 file=L.TABLES, fix="download clef_head/tables_int8.safetensors from the same revision")
-    if ck.head_config is not None and isinstance(ck.head_config, dict) and L.MARKER_KEY in ck.head_config:
-        try:
-            check_marker(ck.head_config[L.MARKER_KEY])
-        except MarkerError as exc:
-            yield error("marker-invalid", str(exc), file=L.HEAD_CONFIG,
-                        fix=f"set \"{L.MARKER_KEY}\": \"{L.MARKER_VALUE}\" in {L.HEAD_CONFIG} "
-                            f"(or run {migrate_command(path, Layout.LAYOUT_2, ck.hf_snapshot)})")
+    if isinstance(ck.head_config, dict) and L.MARKER_KEY in ck.head_config:
+        problem = marker_problem_of(ck.head_config[L.MARKER_KEY])
+        if problem is not None:
+            from clef_format.spec.compat import marker_fix
+
+            yield error("marker-invalid", problem, file=L.HEAD_CONFIG, fix=marker_fix(path, ck.hf_snapshot))
+
+
+def marker_problem_of(value: object) -> str | None:
+    """Why a marker value is invalid (not a specifier, admits a version below 0.2.0, or none), or ``None``.
+    The marker this project writes is known valid without importing packaging."""
+    if value == L.MARKER_VALUE:
+        return None
+    from clef_format.spec.compat import marker_problem
+
+    try:
+        return marker_problem(parse_marker(value))
+    except MarkerError as exc:
+        return str(exc)
