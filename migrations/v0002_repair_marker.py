@@ -24,7 +24,7 @@ repair = True
 #: Verify findings about the tables file: any error among these means re-download, not repair.
 TABLE_CODES = frozenset({"bad-header", "table-shape", "nonfinite-scale", "tables-metadata", "tables-duplicated",
                          "tables-missing"})
-#: The tables file is read in full before repairing (int8 range check).
+#: The tables file is read in full before repairing (the value rule of spec.tables_format).
 DEEP_CHECK = True
 
 

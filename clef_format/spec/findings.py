@@ -70,6 +70,8 @@ CODES: dict[str, str] = {
     "unreadable": "a file or directory could not be read or listed (permissions, I/O error); exit 2",
     "unwritable": "a file or directory could not be written (permissions, read-only disk); exit 2",
     "interrupted": "the command was interrupted (SIGINT); exit 2",
+    # added later (kept at the end: codes are never reordered or renamed)
+    "table-value-range": "an int8 table holds -128, outside the format's [-127, 127] (a corrupted file)",
 }
 
 #: Codes that mean the command could not run: the CLI exits 2 when a report holds one of them.
