@@ -181,11 +181,14 @@ def check_pair(layout: Layout, marker: SpecifierSet | None, plugin_version: str,
             f"install {PLUGIN}{MARKER_VALUE} (layout-2) or {PLUGIN} 0.1.x (layout-1)")
     if layout is Layout.LAYOUT_1:
         if own is not Layout.LAYOUT_1:
+            fix = f"migrate the weights: {migrate_command(path, Layout.LAYOUT_2, snapshot)}"
+            if not admits(SpecifierSet(MARKER_VALUE), version):
+                fix += (f", then serve them with a release {PLUGIN}{MARKER_VALUE}: the marker migrate writes "
+                        f"does not admit the pre-release {version} (PEP 440: it sorts before 0.2.0)")
             raise IncompatibleError(
                 "plugin-incompatible",
                 f"layout-1 (BF16 tables inside the backbone) is served only by {PLUGIN} 0.1.x; "
-                f"{PLUGIN} {version} expects int8 tables",
-                f"migrate the weights: {migrate_command(path, Layout.LAYOUT_2, snapshot)}")
+                f"{PLUGIN} {version} expects int8 tables", fix)
         return
     spec = marker if marker is not None else SpecifierSet(MARKER_VALUE)
     problem = marker_problem(spec)

@@ -39,10 +39,12 @@ def check_layout(ck: Checkpoint) -> Iterator[Finding]:
         yield warning("legacy-layout",
                       "layout-1: BF16 tables inside the backbone; only clef-vllm < 0.2.0 serves it",
                       fix=f"{migrate_command(path, Layout.LAYOUT_2, ck.hf_snapshot)} (2 GB smaller, ~2.4 GiB less GPU memory)")
-        missing = [t for t in (embed, lm_head) if t not in ck.backbone]
-        for t in missing:
-            yield error("tables-missing", f"{t} is missing from the backbone", tensor=t,
-                        fix="re-download the backbone")
+
+    if layout in (Layout.LAYOUT_1, Layout.ORIGINAL_RELEASE):
+        for t in (embed, lm_head):
+            if t not in ck.backbone:
+                yield error("tables-missing", f"{t} is missing from the backbone ({layout} holds both tables there)",
+                            tensor=t, fix="re-download the backbone")
     if layout is Layout.LAYOUT_2_UNMARKED:
         yield error("marker-missing",
                     f"int8 tables present but {L.HEAD_CONFIG} has no {L.MARKER_KEY} marker: an old plugin would "
@@ -53,7 +55,8 @@ def check_layout(ck: Checkpoint) -> Iterator[Finding]:
             for t in in_backbone:
                 yield error("tables-duplicated", f"{t} is both in the backbone and in {L.TABLES}", tensor=t,
                             file=ck.tensor_file[t],
-                            fix=f"re-download the backbone of this revision, or {migrate_command(path, Layout.LAYOUT_2, ck.hf_snapshot)}")
+                            fix=f"re-download the backbone files of this revision: in {layout} they do not hold the "
+                                f"tables ({L.TABLES} does); no migration removes a duplicate")
         elif not has_tables_file:
             yield error("tables-missing", f"{L.TABLES} is missing" + (
                 f" (and the backbone still holds {', '.join(in_backbone)})" if in_backbone else ""),
