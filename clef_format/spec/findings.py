@@ -29,7 +29,7 @@ CODES: dict[str, str] = {
     # layouts and the version marker
     "legacy-layout": "layout-1: BF16 tables inside the backbone, needs plugin < 0.2.0",
     "marker-missing": "int8 tables present but no requires_clef_vllm marker (the 2026-10-07 state)",
-    "marker-invalid": "requires_clef_vllm is not a valid PEP 440 specifier",
+    "marker-invalid": "requires_clef_vllm is not a PEP 440 specifier, or admits a version below 0.2.0, or none",
     "plugin-incompatible": "the given plugin version cannot serve these weights",
     "unknown-layout": "the files match no known Clef layout",
     # tables
