@@ -44,15 +44,22 @@ def _signatures(cfg: ModelConfig) -> Mapping[str, Mapping[str, ParamSpec]] | Non
     except (QuantConfigError, ValueError, TypeError):
         return None
     out: dict[str, Mapping[str, ParamSpec]] = {}
+    memo: dict[tuple[str | None, int, int], Mapping[str, ParamSpec]] = {}  # modules share groups and shapes
     for m in specs:
         d = decisions.get(m.name)
-        entry = qc.hf_targets.get(d.target) if d is not None and d.scheme is not None and d.target else None
-        if entry is None:
-            out[m.name] = group_signature(None, None, None, None, m.out_features, m.in_features, cfg.dtype)
-            continue
-        out[m.name] = group_signature(entry.weights.raw, entry.input.raw if entry.input else None,
+        target = d.target if d is not None and d.scheme is not None and d.target in qc.hf_targets else None
+        key = (target, m.out_features, m.in_features)
+        sig = memo.get(key)
+        if sig is None:
+            entry = qc.hf_targets[target] if target is not None else None
+            if entry is None:
+                sig = group_signature(None, None, None, None, m.out_features, m.in_features, cfg.dtype)
+            else:
+                sig = group_signature(entry.weights.raw, entry.input.raw if entry.input else None,
                                       entry.output.raw if entry.output else None, entry.format or qc.format,
                                       m.out_features, m.in_features, cfg.dtype)
+            memo[key] = sig
+        out[m.name] = sig
     return out
 
 
