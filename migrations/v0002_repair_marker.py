@@ -21,7 +21,7 @@ from_layout = L.Layout.LAYOUT_2_UNMARKED.value
 to_layout = L.Layout.LAYOUT_2.value
 description = "repair: add the requires_clef_vllm marker when the int8 tables verify"
 repair = True
-#: The tables file is read in full before repairing (int8 range check).
+#: The tables file is read in full before repairing (the value rule of spec.tables_format).
 DEEP_CHECK = True
 
 

@@ -52,13 +52,15 @@ def _blocking(ck: Checkpoint, plan: Plan, display: str) -> list[Finding]:
 def _deep_refusal(ck: Checkpoint, edge: Any) -> Refused | None:
     if not getattr(edge.step, "DEEP_CHECK", False):
         return None
-    from clef_format.migrate.inspect import int8_out_of_range
+    from clef_format.migrate.inspect import table_content_problems
 
-    bad = int8_out_of_range(ck)
+    bad = table_content_problems(ck)
     if bad:
-        return Refused("migrate-refused", f"the int8 tables file holds -128 in {', '.join(bad)}, a value the format "
-                                          "never writes: the file is corrupted, adding a marker would serve it",
-                       "re-download clef_head/tables_int8.safetensors (or the whole checkpoint)")
+        first = bad[0]
+        if first.code == "table-nonfinite":  # a source table: quantizing it would hide the rows
+            return Refused("table-nonfinite", f"{first.message}; nothing was changed", first.fix)
+        return Refused("migrate-refused", f"{first.message}: the tables do not follow the format; "
+                                          f"{edge.revision} would serve or decode them", first.fix)
     return None
 
 

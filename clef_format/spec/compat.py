@@ -1,40 +1,167 @@
 """Which plugin versions can serve which layout: the data, and the one pure check of a pair.
 
-verify's ``--plugin-version`` and the serving gate (``clef_format.vllm.gate``) both call
-``check_pair``; it raises ``IncompatibleError`` carrying a stable finding code, the reason and the fix.
-``packaging`` parses versions; nothing here reads a file.
+verify's ``--plugin-version``, verify's marker check and the serving gate (``clef_format.vllm.gate``)
+all call into this module; ``check_pair`` raises ``IncompatibleError`` carrying a stable finding
+code, the reason and the fix. ``packaging`` parses versions; nothing here reads a file.
+
+The rule, whatever a marker says:
+
+* layout-1 (BF16 tables inside the backbone) is served only by clef-vllm 0.1.x;
+* layout-2 (int8 tables + marker) is served only by clef-vllm >= 0.2.0, and only by versions its
+  marker admits. A marker that admits any version outside ``>=0.2.0`` (e.g. ``==0.1.4``) or none at
+  all (``>=0.2,<0.2``) is invalid (``marker-invalid``): it would let a plugin that reads BF16 tables
+  the backbone does not hold start, or let nothing start.
+* Pre-releases follow PEP 440, as pip sees them: a pre-release belongs to the release it precedes,
+  so ``0.2.0rc1`` (and ``0.2.0.dev1``) is a 0.2 plugin: it can serve only layout-2, and only where the
+  marker admits it under PEP 440 ordering (``>=0.2.0`` does not: ``0.2.0rc1 < 0.2.0``; a marker
+  ``>=0.2.0rc1`` does). ``0.1.5rc1`` is a 0.1 plugin and serves layout-1. Versions below 0.1 serve nothing.
 """
 
 from __future__ import annotations
 
-from packaging.specifiers import SpecifierSet
+from packaging.specifiers import Specifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from clef_format.errors import IncompatibleError
-from clef_format.spec.layouts import MARKER_VALUE, Layout, migrate_command
+from clef_format.spec.layouts import HEAD_CONFIG, MARKER_KEY, MARKER_VALUE, Layout, migrate_command
 from clef_format.spec.marker import admits
 
 PLUGIN = "clef-vllm"
 
-#: Plugin versions that can serve each layout. Layout 2 is served by what its marker admits;
-#: ``None`` means no plugin version can serve it.
+#: The plugin versions that can serve each layout (pre-releases included: see the module doc);
+#: ``None`` means no plugin version can serve it. A layout-2 checkpoint is further limited by its marker.
 SERVED_BY: dict[Layout, SpecifierSet | None] = {
-    Layout.LAYOUT_1: SpecifierSet("<0.2.0"),
-    Layout.LAYOUT_2: SpecifierSet(MARKER_VALUE),
+    Layout.LAYOUT_1: SpecifierSet(">=0.1.0.dev0,<0.2.0.dev0"),
+    Layout.LAYOUT_2: SpecifierSet(">=0.2.0.dev0"),
     Layout.LAYOUT_2_UNMARKED: None,
     Layout.ORIGINAL_RELEASE: None,
     Layout.UNKNOWN: None,
 }
 
+#: The lowest version layout-2 may admit: its marker must not admit anything below it.
+LAYOUT_2_FLOOR = Version("0.2.0.dev0")
 
-def check_pair(layout: Layout, marker: SpecifierSet | None, plugin_version: str, path: str = "PATH",
-               snapshot: bool = False) -> None:
-    """Raise ``IncompatibleError`` unless ``plugin_version`` of clef-vllm can serve this checkpoint."""
+_ZERO = Version("0.dev0")  # the lowest PEP 440 version a specifier can admit (epoch 0)
+
+
+def _next_prefix(release: tuple[int, ...]) -> Version:
+    """The first version after every version starting with ``release`` (``0.2`` -> ``0.3.dev0``)."""
+    bumped = (*release[:-1], release[-1] + 1)
+    return Version(".".join(map(str, bumped)) + ".dev0")
+
+
+def _lower_bound(spec: Specifier) -> tuple[Version, bool] | None:
+    """(lowest version, inclusive) this one specifier admits; ``None`` when it sets no lower bound."""
+    op, text = spec.operator, spec.version
+    if op == "===":
+        try:
+            return Version(text), True
+        except InvalidVersion:
+            return _ZERO, True  # an arbitrary string: nothing can be said of it; treated as unbounded
+    if op in ("<", "<=", "!="):
+        return None
+    if op == "==" and text.endswith(".*"):
+        return Version(text[:-2] + ".dev0"), True
+    v = Version(text.split("+")[0])
+    if op in ("==", ">=", "~="):
+        return v, True
+    if op == ">":
+        return v, False
+    return None
+
+
+def _upper_bound(spec: Specifier) -> tuple[Version, bool] | None:
+    op, text = spec.operator, spec.version
+    if op in (">", ">=", "!="):
+        return None
+    if op == "===":
+        try:
+            return Version(text), True
+        except InvalidVersion:
+            return None
+    if op == "==" and text.endswith(".*"):
+        return _next_prefix(Version(text[:-2]).release), False
+    v = Version(text.split("+")[0])
+    if op == "~=":
+        return _next_prefix(v.release[:-1]), False
+    if op in ("==", "<="):
+        return v, True
+    if op == "<":
+        return v, False
+    return None
+
+
+def _witnesses(spec: SpecifierSet, low: Version) -> list[Version]:
+    """Candidate versions to prove a marker admits at least one: its bounds and their neighbours."""
+    out = [low]
+    for s in spec:
+        text = s.version.removesuffix(".*").split("+")[0]
+        try:
+            v = Version(text)
+        except InvalidVersion:
+            continue
+        r = v.release
+        out += [v, Version(f"{v}.post1") if not v.is_postrelease else v,
+                Version(".".join(map(str, (*r[:-1], r[-1] + 1)))), Version(".".join(map(str, (*r, 1))))]
+    return out
+
+
+def marker_problem(marker: SpecifierSet) -> str | None:
+    """Why a (parsed) layout-2 marker is unacceptable, or ``None``: it must admit at least one version
+    and none outside ``>=0.2.0`` (pre-releases of 0.2.0 count as inside, as for the plugin)."""
+    if str(marker) == MARKER_VALUE:
+        return None
+    low, low_incl = _ZERO, True
+    high: tuple[Version, bool] | None = None
+    for s in marker:
+        lb = _lower_bound(s)
+        if lb is not None and (lb[0] > low or (lb[0] == low and not lb[1])):
+            low, low_incl = lb
+        ub = _upper_bound(s)
+        if ub is not None and (high is None or ub[0] < high[0] or (ub[0] == high[0] and not ub[1])):
+            high = ub
+    empty = high is not None and (high[0] < low or (high[0] == low and not (high[1] and low_incl)))
+    if empty or not any(marker.contains(v, prereleases=True) for v in _witnesses(marker, low)):
+        return f"{MARKER_KEY} = {str(marker)!r} admits no version at all: no plugin could serve these weights"
+    if low < LAYOUT_2_FLOOR:
+        return (f"{MARKER_KEY} = {str(marker)!r} admits versions below 0.2.0 (from {low}), which read BF16 tables "
+                "that a layout-2 backbone does not hold")
+    return None
+
+
+def marker_fix(path: str = "PATH", snapshot: bool = False) -> str:
+    """How to repair an invalid marker (an edit: no migration changes a layout-2 marker)."""
+    edit = f"set \"{MARKER_KEY}\": \"{MARKER_VALUE}\" in {HEAD_CONFIG}"
+    if snapshot:
+        return f"copy {path} out of the Hugging Face cache (never edit a snapshot), then {edit} of the copy"
+    return edit
+
+
+def _version(plugin_version: str) -> Version:
     try:
-        version = Version(plugin_version)
+        return Version(plugin_version)
     except InvalidVersion:
         raise IncompatibleError("plugin-incompatible", f"{plugin_version!r} is not a version",
                                 f"pass the installed {PLUGIN} version, e.g. 0.2.1") from None
+
+
+def served_layout(plugin_version: str) -> Layout | None:
+    """The one layout this plugin version can serve (``None`` for versions below 0.1)."""
+    version = _version(plugin_version)
+    for layout in (Layout.LAYOUT_1, Layout.LAYOUT_2):
+        spec = SERVED_BY[layout]
+        if spec is not None and admits(spec, version):
+            return layout
+    return None
+
+
+def check_pair(layout: Layout, marker: SpecifierSet | None, plugin_version: str, path: str = "PATH",
+               snapshot: bool = False) -> None:
+    """Raise ``IncompatibleError`` unless ``plugin_version`` of clef-vllm can serve this checkpoint.
+
+    ``marker`` is the parsed marker of a layout-2 checkpoint (``None``: the default ``>=0.2.0``).
+    """
+    version = _version(plugin_version)
     if layout is Layout.LAYOUT_2_UNMARKED:
         raise IncompatibleError(
             "marker-missing",
@@ -47,27 +174,41 @@ def check_pair(layout: Layout, marker: SpecifierSet | None, plugin_version: str,
     if layout is Layout.UNKNOWN:
         raise IncompatibleError("unknown-layout", "the files match no Clef layout",
                                 f"run clef-format verify {path} and re-download what it reports")
+    own = served_layout(plugin_version)
+    if own is None:
+        raise IncompatibleError(
+            "plugin-incompatible", f"{PLUGIN} {version} is older than any plugin that serves a Clef split checkpoint",
+            f"install {PLUGIN}{MARKER_VALUE} (layout-2) or {PLUGIN} 0.1.x (layout-1)")
     if layout is Layout.LAYOUT_1:
-        spec = SERVED_BY[Layout.LAYOUT_1]
-        assert spec is not None
-        if not admits(spec, version):
+        if own is not Layout.LAYOUT_1:
+            fix = f"migrate the weights: {migrate_command(path, Layout.LAYOUT_2, snapshot)}"
+            if not admits(SpecifierSet(MARKER_VALUE), version):
+                fix += (f", then serve them with a release {PLUGIN}{MARKER_VALUE}: the marker migrate writes "
+                        f"does not admit the pre-release {version} (PEP 440: it sorts before 0.2.0)")
             raise IncompatibleError(
                 "plugin-incompatible",
-                f"layout-1 (BF16 tables inside the backbone) needs {PLUGIN}{spec}; {PLUGIN} {version} expects int8 tables",
-                f"migrate the weights: {migrate_command(path, Layout.LAYOUT_2, snapshot)}")
+                f"layout-1 (BF16 tables inside the backbone) is served only by {PLUGIN} 0.1.x; "
+                f"{PLUGIN} {version} expects int8 tables", fix)
         return
-    spec = marker if marker is not None else SERVED_BY[Layout.LAYOUT_2]
-    assert spec is not None
+    spec = marker if marker is not None else SpecifierSet(MARKER_VALUE)
+    problem = marker_problem(spec)
+    if problem is not None:
+        raise IncompatibleError("marker-invalid", problem, marker_fix(path, snapshot))
+    if own is not Layout.LAYOUT_2:
+        raise IncompatibleError(
+            "plugin-incompatible",
+            f"layout-2 (int8 tables) is served only by {PLUGIN}>=0.2.0 (here: {spec}); "
+            f"{PLUGIN} {version} reads BF16 tables from the backbone",
+            f"install the plugin shipped with the checkpoint (pip install '{PLUGIN}{spec}'), "
+            f"or for {PLUGIN} 0.1.x: {migrate_command(path, Layout.LAYOUT_1, snapshot)}")
     if not admits(spec, version):
         raise IncompatibleError(
             "plugin-incompatible",
-            f"these weights require {PLUGIN}{spec}; {PLUGIN} {version} cannot serve them",
-            f"install the plugin shipped with the checkpoint (pip install '{PLUGIN}{spec}'), "
-            f"or for {PLUGIN} 0.1.x: {migrate_command(path, Layout.LAYOUT_1, snapshot)}")
+            f"these weights require {PLUGIN}{spec}; {PLUGIN} {version} cannot serve them"
+            + (" (a pre-release sorts before its release under PEP 440)" if version.is_prerelease else ""),
+            f"install the plugin shipped with the checkpoint (pip install '{PLUGIN}{spec}')")
 
 
 def expects_int8_tables(plugin_version: str) -> bool:
-    """Whether this plugin version reads the tables from the int8 file (i.e. layout-1 is not its layout)."""
-    spec = SERVED_BY[Layout.LAYOUT_1]
-    assert spec is not None
-    return not admits(spec, plugin_version)
+    """Whether this plugin version reads the tables from the int8 file (it serves layout-2)."""
+    return served_layout(plugin_version) is Layout.LAYOUT_2

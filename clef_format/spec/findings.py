@@ -29,7 +29,7 @@ CODES: dict[str, str] = {
     # layouts and the version marker
     "legacy-layout": "layout-1: BF16 tables inside the backbone, needs plugin < 0.2.0",
     "marker-missing": "int8 tables present but no requires_clef_vllm marker (the 2026-10-07 state)",
-    "marker-invalid": "requires_clef_vllm is not a valid PEP 440 specifier",
+    "marker-invalid": "requires_clef_vllm is not a PEP 440 specifier, or admits a version below 0.2.0, or none",
     "plugin-incompatible": "the given plugin version cannot serve these weights",
     "unknown-layout": "the files match no known Clef layout",
     # tables
@@ -70,6 +70,8 @@ CODES: dict[str, str] = {
     "unreadable": "a file or directory could not be read or listed (permissions, I/O error); exit 2",
     "unwritable": "a file or directory could not be written (permissions, read-only disk); exit 2",
     "interrupted": "the command was interrupted (SIGINT); exit 2",
+    # added later (kept at the end: codes are never reordered or renamed)
+    "table-value-range": "an int8 table holds -128, outside the format's [-127, 127] (a corrupted file)",
 }
 
 #: Codes that mean the command could not run: the CLI exits 2 when a report holds one of them.

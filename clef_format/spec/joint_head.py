@@ -115,22 +115,123 @@ def all_tensors(cfg: HeadConfig) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def head_problems(cfg: HeadConfig, shapes: Mapping[str, tuple[int, ...]]) -> tuple[list[str], list[str]]:
-    """(missing or misshapen, unexpected) against a head file's tensor shapes."""
-    missing: list[str] = []
-    unexpected: list[str] = []
-    for name, shape in exact_tensors(cfg).items():
-        if name not in shapes:
-            missing.append(name)
-        elif tuple(shapes[name]) != shape:
-            missing.append(f"{name} (shape {list(shapes[name])}, expected {list(shape)})")
-    seen: dict[str, set[int]] = {stack: set() for stack in STACKS}
-    for name in shapes:
+#: The dtype of every head tensor in the release (122 BF16 tensors).
+HEAD_DTYPE = "BF16"
+#: Top-level norms whose parameter names the reference does not state: they must match each other.
+SIBLING_NORMS = ("field_norm", "option_norm")
+#: The residual scorer's stated tensors (shapes inferred: checked for consistency, not against numbers).
+SCORER = ("residual_scorer.0.weight", "residual_scorer.0.bias", "residual_scorer.3.weight", "residual_scorer.3.bias")
+
+
+class HeadProblem(Record):
+    kind: str  # "missing", "shape" (shape or dtype) or "unexpected"
+    tensor: str
+    message: str
+
+
+def _describe(info: tuple[str, tuple[int, ...]]) -> str:
+    return f"{info[0]}{list(info[1])}"
+
+
+def head_problems(cfg: HeadConfig, tensors: Mapping[str, tuple[str, tuple[int, ...]]]) -> list[HeadProblem]:
+    """Every difference between a head file (name -> (dtype, shape)) and what its config implies.
+
+    Exact where the reference states names and shapes (``exact_tensors``, the residual scorer's names,
+    the layer counts). Structural for the rest: every layer of a stack holds the same tensor names,
+    dtypes and shapes as its siblings (the odd one out is reported; a tie is broken by the inferred
+    ``layer_tensors``), ``field_norm`` and ``option_norm`` hold the same parameters, the residual
+    scorer's shapes chain, no other top-level tensor, every tensor BF16 as in the release.
+    """
+    out: list[HeadProblem] = []
+    exact = exact_tensors(cfg)
+    for name, shape in exact.items():
+        if name not in tensors:
+            out.append(HeadProblem("missing", name, f"lacks {name}"))
+        elif tuple(tensors[name][1]) != shape:
+            out.append(HeadProblem("shape", name, f"{name} is {_describe(tensors[name])}, expected {HEAD_DTYPE}{list(shape)}"))
+    for name in SCORER:
+        if name not in tensors:
+            out.append(HeadProblem("missing", name, f"lacks {name}"))
+    if all(n in tensors for n in SCORER):
+        w0, b0, w3, b3 = (tuple(tensors[n][1]) for n in SCORER)
+        if len(w0) != 2 or w0[1] % cfg.width:
+            out.append(HeadProblem("shape", SCORER[0], f"{SCORER[0]} is {list(w0)}: expected [n, k x width {cfg.width}]"))
+        elif b0 != (w0[0],):
+            out.append(HeadProblem("shape", SCORER[1], f"{SCORER[1]} is {list(b0)}, its weight has {w0[0]} rows"))
+        if len(w0) == 2 and (len(w3) != 2 or w3[1] != w0[0]):
+            out.append(HeadProblem("shape", SCORER[2], f"{SCORER[2]} is {list(w3)}: expected [m, {w0[0]}] "
+                                   f"(the output of residual_scorer.0)"))
+        elif len(w3) == 2 and b3 != (w3[0],):
+            out.append(HeadProblem("shape", SCORER[3], f"{SCORER[3]} is {list(b3)}, its weight has {w3[0]} rows"))
+    norms = {n: {k.split(".", 1)[1]: tensors[k] for k in tensors if k.startswith(n + ".")} for n in SIBLING_NORMS}
+    if "weight" in norms[SIBLING_NORMS[0]] and "weight" in norms[SIBLING_NORMS[1]]:
+        a, b = SIBLING_NORMS
+        for p in sorted(set(norms[a]) | set(norms[b])):
+            if p not in norms[a] or p not in norms[b]:
+                holder, lacking = (b, a) if p not in norms[a] else (a, b)
+                if p in ("weight", "bias"):  # a norm's own parameters: the sibling without it lost it
+                    out.append(HeadProblem("missing", f"{lacking}.{p}", f"{lacking} lacks {p}, which its sibling "
+                                           f"{holder} holds"))
+                else:
+                    out.append(HeadProblem("unexpected", f"{holder}.{p}", f"{holder} holds {p}, which its sibling "
+                                           f"{lacking} does not (a norm holds weight and bias)"))
+            elif norms[a][p] != norms[b][p]:
+                out.append(HeadProblem("shape", f"{a}.{p}", f"{a}.{p} is {_describe(norms[a][p])} but {b}.{p} is "
+                                       f"{_describe(norms[b][p])}"))
+    for norm, params in norms.items():
+        for p, info in params.items():
+            if f"{norm}.{p}" not in exact and tuple(info[1]) != (cfg.width,):
+                out.append(HeadProblem("shape", f"{norm}.{p}", f"{norm}.{p} is {_describe(info)}, expected [{cfg.width}]"))
+    known = set(exact) | set(SCORER)
+    for name in sorted(tensors):
+        top = name.split(".", 1)[0]
+        if name in known or top in SIBLING_NORMS or _STACK_RE.match(name):
+            continue
+        out.append(HeadProblem("unexpected", name, f"holds {name}, which no JointSchemaHead defines"))
+    out += _stack_problems(cfg, tensors)
+    reported = {p.tensor for p in out}
+    for name, (dtype, _) in sorted(tensors.items()):
+        if dtype != HEAD_DTYPE and name not in reported:
+            out.append(HeadProblem("shape", name, f"{name} is {dtype}; every head tensor of the release is {HEAD_DTYPE}"))
+    return out
+
+
+def _stack_problems(cfg: HeadConfig, tensors: Mapping[str, tuple[str, tuple[int, ...]]]) -> list[HeadProblem]:
+    out: list[HeadProblem] = []
+    layers: dict[str, dict[int, dict[str, tuple[str, tuple[int, ...]]]]] = {stack: {} for stack in STACKS}
+    for name, info in tensors.items():
         m = _STACK_RE.match(name)
         if m:
-            seen[m.group(1)].add(int(m.group(2)))
+            layers[m.group(1)].setdefault(int(m.group(2)), {})[name[m.end():]] = (info[0], tuple(info[1]))
     for stack, key in STACKS.items():
         want = getattr(cfg, key)
-        missing += [f"{stack}.{i}.*" for i in range(want) if i not in seen[stack]]
-        unexpected += [f"{stack}.{i}.*" for i in sorted(seen[stack]) if i >= want]
-    return missing, unexpected
+        seen = layers[stack]
+        out += [HeadProblem("missing", f"{stack}.{i}", f"lacks layer {stack}.{i} (config {key} = {want})")
+                for i in range(want) if i not in seen]
+        out += [HeadProblem("unexpected", f"{stack}.{i}", f"holds layer {stack}.{i}, beyond config {key} = {want}")
+                for i in sorted(seen) if i >= want]
+        present = [i for i in range(want) if i in seen]
+        if len(present) < 2:
+            continue
+        inferred = layer_tensors(cfg.width, cfg.feedforward, cross=stack == "layers")
+        for rel in sorted({r for i in present for r in seen[i]}):
+            holders = [i for i in present if rel in seen[i]]
+            if len(holders) * 2 > len(present) or (len(holders) * 2 == len(present) and rel in inferred):
+                out += [HeadProblem("missing", f"{stack}.{i}.{rel}", f"{stack}.{i} lacks {rel}, which its sibling "
+                                    f"layers hold") for i in present if i not in holders]
+            else:
+                out += [HeadProblem("unexpected", f"{stack}.{i}.{rel}", f"{stack}.{i} holds {rel}, which its sibling "
+                                    f"layers do not") for i in holders]
+                continue
+            votes: dict[tuple[str, tuple[int, ...]], list[int]] = {}
+            for i in holders:
+                votes.setdefault(seen[i][rel], []).append(i)
+            if len(votes) < 2:
+                continue
+            ranked = sorted(votes.items(), key=lambda kv: (-len(kv[1]), kv[0] != (HEAD_DTYPE, inferred.get(rel))))
+            majority = ranked[0][0]
+            for sig, idx in ranked[1:]:
+                for i in idx:
+                    out.append(HeadProblem("shape", f"{stack}.{i}.{rel}", f"{stack}.{i}.{rel} is {_describe(sig)}, its "
+                                           f"sibling layers hold {_describe(majority)}"))
+    return out

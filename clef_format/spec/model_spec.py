@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from typing import Any, Mapping
 
 from clef_format.spec.layouts import EMBED_TOKENS, LM_HEAD
+from clef_format.spec.schemes import DEFAULT_MODEL_DTYPE, TORCH_DTYPES
 
 TEXT_PREFIX = "model.language_model"
 VISION_PREFIX = "model.visual"
@@ -47,6 +48,7 @@ class TextConfig(Record):
     linear_value_head_dim: int
     linear_conv_kernel_dim: int
     attn_output_gate: bool = True
+    attention_bias: bool = False  # q/k/v/o_proj of the full-attention layers carry a bias
 
     @property
     def num_layers(self) -> int:
@@ -70,6 +72,7 @@ class ModelConfig(Record):
     text: TextConfig
     vision: VisionConfig | None
     quantization: Mapping[str, Any] | None
+    dtype: str = DEFAULT_MODEL_DTYPE  # safetensors dtype of every unquantized tensor (config torch_dtype)
 
     @property
     def multimodal(self) -> bool:
@@ -119,7 +122,15 @@ def _text_config(d: Mapping[str, Any], where: str) -> TextConfig:
         linear_value_head_dim=_int(d, "linear_value_head_dim", where),
         linear_conv_kernel_dim=_int(d, "linear_conv_kernel_dim", where),
         attn_output_gate=bool(d.get("attn_output_gate", True)),
+        attention_bias=_bool(d, "attention_bias", where),
     )
+
+
+def _bool(d: Mapping[str, Any], key: str, where: str, default: bool = False) -> bool:
+    value = d.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}.{key} must be true or false, got {value!r}")
+    return value
 
 
 def _vision_config(d: Mapping[str, Any]) -> VisionConfig:
@@ -159,7 +170,26 @@ def parse_config(config: Any) -> ModelConfig:
     else:
         text = _text_config(config, "config")
         vision = None
-    return ModelConfig(arch, text, vision, quant)
+    return ModelConfig(arch, text, vision, quant, _model_dtype(config))
+
+
+#: Model dtypes a Clef backbone may be stored in.
+MODEL_DTYPES = ("BF16", "F16", "F32")
+
+
+def _model_dtype(config: Mapping[str, Any]) -> str:
+    """The dtype of the unquantized tensors: ``torch_dtype`` (or ``dtype``, transformers 5) at the top
+    level or in ``text_config``; BF16 when none is given."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    for where, d in (("config", config), ("text_config", text)):
+        for key in ("torch_dtype", "dtype"):
+            if key in d and d[key] is not None:
+                value = d[key]
+                mapped = TORCH_DTYPES.get(value) if isinstance(value, str) else None
+                if mapped not in MODEL_DTYPES:
+                    raise ConfigError(f"{where}.{key} = {value!r} is not a float dtype (bfloat16, float16, float32)")
+                return mapped
+    return DEFAULT_MODEL_DTYPE
 
 
 def text_prefix(cfg: ModelConfig) -> str:
@@ -221,11 +251,12 @@ def _linear_modules(t: TextConfig, vision: VisionConfig | None) -> tuple[LinearS
             ]
         else:
             a = f"{p}.self_attn"
+            bias = t.attention_bias
             out += [
-                LinearSpec(f"{a}.q_proj", q_out, h),
-                LinearSpec(f"{a}.k_proj", kv_out, h),
-                LinearSpec(f"{a}.v_proj", kv_out, h),
-                LinearSpec(f"{a}.o_proj", h, t.num_attention_heads * t.head_dim),
+                LinearSpec(f"{a}.q_proj", q_out, h, bias),
+                LinearSpec(f"{a}.k_proj", kv_out, h, bias),
+                LinearSpec(f"{a}.v_proj", kv_out, h, bias),
+                LinearSpec(f"{a}.o_proj", h, t.num_attention_heads * t.head_dim, bias),
             ]
         out += [
             LinearSpec(f"{p}.mlp.gate_proj", t.intermediate_size, h),

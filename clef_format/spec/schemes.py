@@ -10,7 +10,7 @@ from clef_format.records import Record
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
-    from typing import Iterable, Mapping
+    from typing import Any, Iterable, Mapping
 
     from clef_format.read.safetensors import TensorInfo  # a (dtype, shape) record: only its fields are used
 
@@ -44,6 +44,144 @@ SCHEME_PARAMS: dict[str, dict[str, ParamRule]] = {
 }
 
 ALL_SUFFIXES = frozenset(s for params in SCHEME_PARAMS.values() for s in params) | {"bias"}
+
+# ----------------------------------------------------------------------------- exact signatures
+#
+# What compressed-tensors stores for one Linear module, derived from its config group alone (the
+# ``weights`` / ``input_activations`` / ``output_activations`` QuantizationArgs and the format), so
+# verify can require exactly these parameters, dtypes and shapes, and nothing else.
+
+#: torch dtype names of config.json (``torch_dtype`` / ``dtype``) -> safetensors dtype.
+TORCH_DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32", "half": "F16", "float": "F32",
+                "torch.bfloat16": "BF16", "torch.float16": "F16", "torch.float32": "F32",
+                "float8_e4m3fn": "F8_E4M3", "torch.float8_e4m3fn": "F8_E4M3", "uint8": "U8", "torch.uint8": "U8",
+                "int8": "I8", "torch.int8": "I8", "int32": "I32", "torch.int32": "I32"}
+DEFAULT_MODEL_DTYPE = "BF16"
+#: Formats that store the weight in its quantized dtype unpacked (``weight``).
+_UNPACKED = ("naive-quantized", "int-quantized", "float-quantized")
+
+
+class ParamSpec(Record):
+    """One stored parameter: the dtypes it may have and the shapes it may have."""
+
+    dtypes: tuple[str, ...]
+    shapes: tuple[tuple[int, ...], ...]
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _strategy(args: Mapping[str, Any]) -> str:
+    strategy = args.get("strategy")
+    if strategy is not None:
+        return str(strategy).lower()
+    group = args.get("group_size")
+    if group is None:
+        return "tensor"
+    return "channel" if group == -1 else "group"
+
+
+def _scale_shapes(args: Mapping[str, Any], rows: int, cols: int) -> tuple[tuple[int, ...], ...]:
+    """Shapes of a weight scale (or zero point) under the args' strategy (per tensor: [1], or [])."""
+    strategy = _strategy(args)
+    if strategy in ("group", "tensor_group"):
+        return ((rows, _cdiv(cols, int(args.get("group_size") or 1))),)
+    if strategy == "channel":
+        return ((rows, 1),)
+    if strategy == "block":
+        block = args.get("block_structure") or [1, 1]
+        return ((_cdiv(rows, int(block[0])), _cdiv(cols, int(block[1]))),)
+    return ((1,), ())
+
+
+def _dtype_of(name: Any, default: tuple[str, ...]) -> tuple[str, ...]:
+    if name is None:
+        return default
+    mapped = TORCH_DTYPES.get(str(name))
+    return (mapped,) if mapped else default
+
+
+def _activation_params(prefix: str, args: Mapping[str, Any] | None, float_dtypes: tuple[str, ...]) -> dict[str, ParamSpec]:
+    """``input_*`` / ``output_*`` parameters: static activations store a scale (and a zero point when
+    asymmetric); ``dynamic: "local"`` (NVFP4) a global scale; ``dynamic: true`` nothing."""
+    if not args:
+        return {}
+    dynamic = args.get("dynamic", False)
+    if isinstance(dynamic, str) and dynamic.lower() == "local":
+        return {f"{prefix}_global_scale": ParamSpec(("F32",), ((1,),))}
+    if dynamic:
+        return {}
+    out = {f"{prefix}_scale": ParamSpec(_dtype_of(args.get("scale_dtype"), float_dtypes), ((1,), ()))}
+    if args.get("symmetric", True) is False:
+        out[f"{prefix}_zero_point"] = ParamSpec(_dtype_of(args.get("zp_dtype"), ("I8", "I32", *float_dtypes)), ((1,), ()))
+    return out
+
+
+def group_signature(weights: Mapping[str, Any] | None, inputs: Mapping[str, Any] | None,
+                    outputs: Mapping[str, Any] | None, fmt: str | None, out_features: int, in_features: int,
+                    model_dtype: str = DEFAULT_MODEL_DTYPE) -> dict[str, ParamSpec]:
+    """Every parameter (except ``bias``) compressed-tensors stores for a Linear module of a config group
+    (``weights is None``: not quantized, a float ``weight`` in the model's dtype)."""
+    dense = {"weight": ParamSpec((model_dtype,), ((out_features, in_features),))}
+    if not weights:
+        return dense
+    float_dtypes = tuple(dict.fromkeys(("F32", model_dtype)))  # scales: F32 or the model's dtype
+    bits = int(weights.get("num_bits", 8))
+    wtype = str(weights.get("type", "int")).lower()
+    symmetric = weights.get("symmetric", True) is not False
+    scale_shapes = _scale_shapes(weights, out_features, in_features)
+    out: dict[str, ParamSpec] = {}
+    if fmt == "nvfp4-pack-quantized" or (fmt is None and wtype == "float" and bits == 4):
+        out["weight_packed"] = ParamSpec(("U8",), ((out_features, _cdiv(in_features, 2)),))
+        out["weight_scale"] = ParamSpec(_dtype_of(weights.get("scale_dtype"), ("F8_E4M3",)), scale_shapes)
+        out["weight_global_scale"] = ParamSpec(("F32",), ((1,),))
+    elif fmt == "pack-quantized":
+        out["weight_packed"] = ParamSpec(("I32",), ((out_features, _cdiv(in_features * bits, 32)),))
+        out["weight_shape"] = ParamSpec(("I64", "I32"), ((2,),))
+        out["weight_scale"] = ParamSpec(_dtype_of(weights.get("scale_dtype"), float_dtypes), scale_shapes)
+        if not symmetric:
+            rows, cols = scale_shapes[0] if scale_shapes[0] else (1, 1)
+            out["weight_zero_point"] = ParamSpec(("I32",), ((_cdiv(rows * bits, 32), cols),))
+    elif fmt == "dense":
+        out["weight"] = ParamSpec((model_dtype,), ((out_features, in_features),))
+        out["weight_scale"] = ParamSpec(_dtype_of(weights.get("scale_dtype"), float_dtypes), scale_shapes)
+    else:  # naive / int / float-quantized (and an unknown format: the unpacked layout)
+        wdtype = ("F8_E4M3",) if wtype == "float" and bits == 8 else ("I8",) if bits == 8 else ("I8", "U8")
+        out["weight"] = ParamSpec(wdtype, ((out_features, in_features),))
+        out["weight_scale"] = ParamSpec(_dtype_of(weights.get("scale_dtype"), float_dtypes), scale_shapes)
+    if "weight_zero_point" not in out and not symmetric and fmt != "pack-quantized":
+        out["weight_zero_point"] = ParamSpec(_dtype_of(weights.get("zp_dtype"), ("I8", *float_dtypes)), scale_shapes)
+    actorder = weights.get("actorder")
+    if actorder not in (None, False, "static"):
+        out["weight_g_idx"] = ParamSpec(("I32", "I64"), ((in_features,),))
+    out.update(_activation_params("input", inputs, float_dtypes))
+    out.update(_activation_params("output", outputs, float_dtypes))
+    return out
+
+
+def signature_problems(expected: Mapping[str, ParamSpec], params: Mapping[str, TensorInfo], bias: int | None,
+                       model_dtype: str = DEFAULT_MODEL_DTYPE) -> list[tuple[str, str, str]]:
+    """(kind, suffix, text) for each difference between a module's stored parameters and its signature;
+    kind is ``missing``, ``unexpected`` or ``shape``. ``bias``: the bias length the model has, or None."""
+    want = dict(expected)
+    if bias is not None:
+        want["bias"] = ParamSpec((model_dtype,), ((bias,),))
+    problems: list[tuple[str, str, str]] = []
+    for suffix, spec in want.items():
+        info = params.get(suffix)
+        if info is None:
+            problems.append(("missing", suffix, f"missing {suffix}"))
+            continue
+        if info.dtype not in spec.dtypes or tuple(info.shape) not in spec.shapes:
+            shapes = " or ".join(str(list(sh)) for sh in spec.shapes)
+            problems.append(("shape", suffix, f"{suffix} is {info.dtype}{list(info.shape)}, expected "
+                                              f"{'/'.join(spec.dtypes)} {shapes}"))
+    for suffix in params:
+        if suffix not in want:
+            problems.append(("unexpected", suffix, f"unexpected {suffix}"
+                             + (" (this module has no bias)" if suffix == "bias" else "")))
+    return problems
 
 
 def expected_shapes(scheme: str, out_features: int, in_features: int) -> dict[str, set[tuple[int, ...]]]:

@@ -7,8 +7,20 @@ Per table (``embed_tokens`` and ``lm_head``, under their Hugging Face names):
 
 Symmetric absmax per row: ``scale = max|row| / 127``, ``q = round(row / scale)`` clamped to
 ``[-127, 127]`` (round half to even), and a row decodes as ``q * scale`` (in float32, then cast
-to the serving dtype). An all-zero row has scale 0 and decodes to zeros. Scales are finite and
-non-negative. ``__metadata__`` carries the keys in ``REQUIRED_METADATA`` (see ``metadata_for``).
+to the serving dtype). An all-zero row has scale 0 and decodes to zeros. ``__metadata__`` carries
+the keys in ``REQUIRED_METADATA`` (see ``metadata_for``).
+
+**What a valid table is** (the one definition; verify, ``verify --deep``, the marker repair and
+migrate all apply these functions, never their own):
+
+* an int8 table: every row scale finite and >= 0 (0, or -0, only for a zero row), and small enough
+  that ``127 * scale`` is a finite BF16 (``scale <= SCALE_MAX``); every value in ``[-127, 127]``
+  (``-128`` is never written: it is the mark of a corrupted or foreign file);
+* a BF16 (or F16/F32) table, the source of a migration or the layout-1 tables: every value finite.
+
+The scale rule runs on the raw F32 bits (a 248320-row scale costs about a millisecond without
+numpy), so verify's fast path applies it; the value rules read the whole table and run in
+``verify --deep``, before a repair and before a migration reads or decodes the tables.
 
 This module reads no tensor data and imports no torch: verify uses it on headers alone,
 ``quantize`` implements the arithmetic, migrate writes it, the vLLM hooks read it.
@@ -17,6 +29,7 @@ This module reads no tensor data and imports no torch: verify uses it on headers
 from __future__ import annotations
 
 import json
+import struct
 
 from clef_format.spec.layouts import Layout
 
@@ -30,6 +43,15 @@ SCALE_SUFFIX = "_scale"
 QMAX = 127
 VALUE_DTYPE = "I8"
 SCALE_DTYPE = "F32"
+
+#: Largest finite BF16 (the serving dtype): a decoded row value ``127 * scale`` must not exceed it.
+BF16_MAX = 3.3895313892515355e38
+#: Largest valid row scale (as F32): above it, ``127 * scale`` overflows BF16 to infinity.
+SCALE_MAX = BF16_MAX / QMAX
+_SCALE_MAX_BITS = int.from_bytes(struct.pack("<f", SCALE_MAX), "little")
+while _SCALE_MAX_BITS and struct.unpack("<f", _SCALE_MAX_BITS.to_bytes(4, "little"))[0] * QMAX > BF16_MAX:
+    _SCALE_MAX_BITS -= 1  # the largest F32 whose product with 127 is still a finite BF16
+_SCALE_SAFE_HIGH = bytes(range(_SCALE_MAX_BITS >> 24))  # high bytes that are certainly a valid scale
 
 #: Metadata keys the file must carry, and the value each must have where it is fixed.
 REQUIRED_METADATA: dict[str, str | None] = {
@@ -83,3 +105,89 @@ def metadata_problems(metadata: Mapping[str, str]) -> list[str]:
         except ValueError:
             problems.append("metadata 'quality' is not a JSON object")
     return problems
+
+
+class Problems:
+    """Counts and first indexes of bad elements, by kind (``nonfinite``, ``negative``, ``too-large``,
+    ``out-of-range``); empty when the data follows the rule."""
+
+    LIMIT = 5
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.first: dict[str, list[int]] = {}
+
+    def add(self, kind: str, index: int) -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        first = self.first.setdefault(kind, [])
+        if len(first) < self.LIMIT:
+            first.append(index)
+
+    def merge(self, other: "Problems", offset: int = 0) -> None:
+        for kind, count in other.counts.items():
+            self.counts[kind] = self.counts.get(kind, 0) + count
+            first = self.first.setdefault(kind, [])
+            first += [offset + i for i in other.first[kind]][: self.LIMIT - len(first)]
+
+    def __bool__(self) -> bool:
+        return bool(self.counts)
+
+    def describe(self) -> str:
+        words = {"nonfinite": "NaN or infinite", "negative": "negative", "too-large": f"above {SCALE_MAX:.4g} "
+                 f"(times {QMAX} they overflow BF16)", "out-of-range": f"outside [-{QMAX}, {QMAX}] (-128)"}
+        return "; ".join(f"{n} {words[k]} (at {self.first[k]})" for k, n in sorted(self.counts.items()))
+
+
+def scale_problems(data: bytes) -> Problems:
+    """Apply the row-scale rule to little-endian F32 bytes: finite, not negative (-0 is zero), at most
+    ``SCALE_MAX``. Judged on the sign and exponent bits: only suspicious values are looked at one by one."""
+    out = Problems()
+    high = data[3::4]
+    if not high.translate(None, _SCALE_SAFE_HIGH):
+        return out
+    for i in range(len(data) // 4):
+        if high[i] < len(_SCALE_SAFE_HIGH):
+            continue
+        bits = int.from_bytes(data[4 * i: 4 * i + 4], "little")
+        if bits == 0x80000000:
+            continue  # -0.0 decodes to a zero row
+        if bits & 0x7F800000 == 0x7F800000:
+            out.add("nonfinite", i)
+        elif bits & 0x80000000:
+            out.add("negative", i)
+        elif bits > _SCALE_MAX_BITS:
+            out.add("too-large", i)
+    return out
+
+
+def int8_problems(data: bytes) -> Problems:
+    """Apply the value rule to int8 bytes: every value in [-127, 127], i.e. no -128 (0x80)."""
+    out = Problems()
+    count = data.count(b"\x80")
+    if count:
+        at = -1
+        for _ in range(min(count, Problems.LIMIT)):
+            at = data.index(b"\x80", at + 1)
+            out.first.setdefault("out-of-range", []).append(at)
+        out.counts["out-of-range"] = count
+    return out
+
+
+#: Per float dtype: (bytes per element, offset of the byte holding the exponent's top bits,
+#: mask of those bits, the second byte's offset and mask; exponent all ones means NaN or Inf).
+_EXPONENT = {"BF16": (2, 1, 0x7F, 0, 0x80), "F16": (2, 1, 0x7C, None, 0), "F32": (4, 3, 0x7F, 2, 0x80)}
+_NOT_MAYBE = {d: bytes(b for b in range(256) if b & m != m) for d, (_, _, m, _, _) in _EXPONENT.items()}
+FLOAT_TABLE_DTYPES = tuple(_EXPONENT)
+
+
+def float_problems(dtype: str, data: bytes) -> Problems:
+    """Apply the BF16 (F16/F32) table rule: every element finite. Returns element indexes."""
+    width, hi, mask, lo, lo_mask = _EXPONENT[dtype]
+    out = Problems()
+    high = data[hi::width]
+    if not high.translate(None, _NOT_MAYBE[dtype]):
+        return out
+    for i, b in enumerate(high):
+        if b & mask == mask and (lo is None or data[width * i + lo] & lo_mask == lo_mask):
+            out.add("nonfinite", i)
+    return out

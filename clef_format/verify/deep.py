@@ -236,11 +236,17 @@ def scale_findings(ck: Checkpoint) -> Iterator[Finding]:
 
     The bytes come straight from the offsets of the already validated header (the same offsets
     ``safe_open`` would map) and are decoded with numpy, chunk by chunk: importing torch would cost
-    2-5 s of CPU that, on a 2-core machine, the hashing needs. The tables' NaN/Inf/negative scales
-    are reported by the fast path (``nonfinite-scale``); here the tables add only the range rule:
-    ``scale * 127`` must fit the source dtype.
+    2-5 s of CPU that, on a 2-core machine, the hashing needs. The int8 tables' scales follow the
+    one rule of ``spec.tables_format`` and are judged by the fast path (``check_tables``); here the
+    tables add their value rules (``table_content_findings``).
     """
-    targets = scale_tensors(ck)
+    from clef_format.verify.checks.tables import table_content_findings
+
+    try:
+        yield from table_content_findings(ck)  # the tables' value rules (their scales: check_tables)
+    except OSError as exc:
+        yield error("bad-header", f"the tables cannot be read in full: {exc}", fix="re-download the tables")
+    targets = {rel: names for rel, names in scale_tensors(ck).items() if rel != L.TABLES}
     fix_backbone = "re-download the backbone; if it was quantized locally, re-run the quantization"
     fix_tables = "re-create the tables with clef-format migrate from a layout-1 copy, or re-download them"
     for rel, names in targets.items():

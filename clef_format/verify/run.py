@@ -22,8 +22,11 @@ def plugin_findings(ck: Checkpoint, plugin_version: str, path: str) -> list[Find
 
     try:
         marker = read_marker(ck.head_config) if isinstance(ck.head_config, dict) else None
-    except MarkerError:
-        marker = None  # reported as marker-invalid; the default marker of layout 2 applies
+    except MarkerError as exc:
+        from clef_format.spec.compat import marker_fix
+
+        return [error("plugin-incompatible", f"clef-vllm {plugin_version}: the marker is invalid ({exc}); nothing may serve these weights",
+                      fix=marker_fix(path, ck.hf_snapshot))]
     try:
         check_pair(ck.layout, marker, plugin_version, path=path, snapshot=ck.hf_snapshot)
     except IncompatibleError as exc:

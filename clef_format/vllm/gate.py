@@ -11,8 +11,8 @@ import os
 from typing import TYPE_CHECKING, Union
 
 from clef_format.errors import IncompatibleError
-from clef_format.spec.compat import check_pair
-from clef_format.spec.layouts import MARKER_VALUE, TABLES, Layout, migrate_command
+from clef_format.spec.compat import check_pair, marker_fix
+from clef_format.spec.layouts import TABLES, Layout
 
 if TYPE_CHECKING:
     from clef_format.read.checkpoint import Checkpoint
@@ -43,9 +43,7 @@ def check_checkpoint(source: CheckpointSource, plugin_version: str) -> "Checkpoi
     try:
         marker = read_marker(ck.head_config) if isinstance(ck.head_config, dict) else None
     except MarkerError as exc:
-        raise IncompatibleError("marker-invalid", str(exc),
-                                f"set the marker to \"{MARKER_VALUE}\": {migrate_command(path, Layout.LAYOUT_2, snapshot)}"
-                                ) from None
+        raise IncompatibleError("marker-invalid", str(exc), marker_fix(path, snapshot)) from None
     check_pair(ck.layout, marker, plugin_version, path=path, snapshot=snapshot)
     if ck.layout is Layout.LAYOUT_2 and not ck.has(TABLES) and TABLES not in ck.bad_headers:
         raise IncompatibleError("tables-missing", f"the marker says layout-2 but {TABLES} is missing",

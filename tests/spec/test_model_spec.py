@@ -15,38 +15,76 @@ from clef_format.spec.model_spec import (
     table_names,
     table_shape,
 )
+from clef_format.spec.schemes import group_signature
 
 
 def _spec_shapes(config: dict) -> dict[str, tuple[int, ...]]:
+    return {k: shape for k, (shape, _) in _spec_tree(config).items()}
+
+
+def _spec_tree(config: dict) -> dict[str, tuple[tuple[int, ...], str]]:
+    """name -> (shape, dtype) of the unquantized model, from the spec alone (the signature of an
+    unquantized Linear, the model's biases, its plain parameters and tables, all in the model dtype)."""
     cfg = parse_config(config)
-    out = dict(plain_params(cfg))
+    out = {k: (v, cfg.dtype) for k, v in plain_params(cfg).items()}
     for m in linear_modules(cfg):
-        out[f"{m.name}.weight"] = (m.out_features, m.in_features)
+        for suffix, p in group_signature(None, None, None, None, m.out_features, m.in_features, cfg.dtype).items():
+            (shape,) = p.shapes
+            (dtype,) = p.dtypes
+            out[f"{m.name}.{suffix}"] = (shape, dtype)
         if m.bias:
-            out[f"{m.name}.bias"] = (m.out_features,)
+            out[f"{m.name}.bias"] = ((m.out_features,), cfg.dtype)
     for name in table_names(cfg):
-        out[name] = table_shape(cfg)
+        out[name] = (table_shape(cfg), cfg.dtype)
     return out
 
 
-def _transformers_shapes(model: torch.nn.Module) -> dict[str, tuple[int, ...]]:
-    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+_ST = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}
 
 
-@pytest.mark.parametrize("layers", [4, 8])
-def test_multimodal_tree_matches_transformers(layers):
+def _transformers_tree(model: torch.nn.Module) -> dict[str, tuple[tuple[int, ...], str]]:
+    return {k: (tuple(v.shape), _ST[v.dtype]) for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("layers, dtype", [(4, "bfloat16"), (8, "bfloat16"), (4, "float16"), (4, "float32")])
+def test_multimodal_tree_matches_transformers(layers, dtype):
+    """Names, shapes and dtypes: the spec equals transformers' own state_dict, vision tower included."""
     config = tiny_config(layers)
+    config["torch_dtype"] = dtype
     hf = Qwen3_5Config(text_config=config["text_config"], vision_config=config["vision_config"])
     with torch.device("meta"):
-        model = Qwen3_5ForConditionalGeneration(hf)
-    assert _spec_shapes(config) == _transformers_shapes(model)
+        model = Qwen3_5ForConditionalGeneration._from_config(hf, dtype=getattr(torch, dtype))
+    assert _spec_tree(config) == _transformers_tree(model)
+
+
+def test_attention_bias_matches_transformers():
+    config = tiny_config(4)
+    config["text_config"]["attention_bias"] = True
+    hf = Qwen3_5Config(text_config=config["text_config"], vision_config=config["vision_config"])
+    with torch.device("meta"):
+        model = Qwen3_5ForConditionalGeneration._from_config(hf, dtype=torch.bfloat16)
+    tree = _spec_tree(config)
+    assert "model.language_model.layers.3.self_attn.q_proj.bias" in tree
+    assert tree == _transformers_tree(model)
 
 
 def test_text_only_tree_matches_transformers():
     config = tiny_config(4, multimodal=False)
     with torch.device("meta"):
-        model = Qwen3_5ForCausalLM(Qwen3_5TextConfig(**{k: v for k, v in config.items() if k != "architectures"}))
-    assert _spec_shapes(config) == _transformers_shapes(model)
+        model = Qwen3_5ForCausalLM._from_config(
+            Qwen3_5TextConfig(**{k: v for k, v in config.items() if k != "architectures"}), dtype=torch.bfloat16)
+    assert _spec_tree(config) == _transformers_tree(model)
+
+
+def test_the_model_dtype_comes_from_the_config():
+    config = tiny_config(4)
+    assert parse_config(config).dtype == "BF16"
+    config.pop("torch_dtype")
+    config["text_config"]["dtype"] = "float32"
+    assert parse_config(config).dtype == "F32"
+    config["text_config"]["dtype"] = "int8"
+    with pytest.raises(ConfigError):
+        parse_config(config)
 
 
 def test_full_size_counts_match_the_published_parameter_counts():

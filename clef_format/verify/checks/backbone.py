@@ -1,46 +1,121 @@
-"""Backbone checks: every tensor the config implies is stored, with the right dtype and shape, and no other."""
+"""Backbone checks: exactly the tensors the config implies, each with its dtype and shape, and no other.
+
+One spec: ``spec.model_spec`` lists every module and plain parameter (text and vision, biases where
+the model has them); ``spec.schemes.group_signature`` says which parameters, dtypes and shapes each
+Linear module stores under the config group that quantized it (resolved as compressed-tensors does,
+``vllm_rules.matching.resolve_hf``). When the quantization config cannot be parsed (reported by the
+patterns check), a module is held to the scheme its stored tensors imply.
+"""
 
 from __future__ import annotations
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
-    from typing import Iterator
+    from typing import Any, Iterator, Mapping
 
 from clef_format.read.checkpoint import Checkpoint
 from clef_format.spec.findings import Finding, error
 from clef_format.spec.layouts import Layout
-from clef_format.spec.model_spec import linear_modules, plain_params, table_shape
-from clef_format.spec.schemes import FLOAT_DTYPES, params_by_module, scheme_problems, stored_scheme
+from clef_format.spec.model_spec import ModelConfig, linear_modules, plain_params, table_shape
+from clef_format.spec.schemes import (
+    SCHEME_PARAMS,
+    ParamSpec,
+    expected_shapes,
+    group_signature,
+    signature_problems,
+    stored_scheme,
+)
 
 _REDOWNLOAD = "re-download the backbone; if it was produced locally, re-run the export"
+_CODES = {"missing": "tensor-missing", "shape": "tensor-shape", "unexpected": "tensor-unexpected"}
+
+
+def _signatures(cfg: ModelConfig) -> Mapping[str, Mapping[str, ParamSpec]] | None:
+    """Per Linear module, the parameter signature of its config group; ``None`` if the quantization
+    config cannot be resolved."""
+    specs = linear_modules(cfg)
+    if not cfg.quantization:
+        return {m.name: group_signature(None, None, None, None, m.out_features, m.in_features, cfg.dtype) for m in specs}
+    from clef_format.vllm_rules.matching import QuantConfigError, parse_quant_config, resolve_hf
+
+    try:
+        qc = parse_quant_config(cfg.quantization)
+        decisions = resolve_hf(cfg, qc)
+    except (QuantConfigError, ValueError, TypeError):
+        return None
+    out: dict[str, Mapping[str, ParamSpec]] = {}
+    memo: dict[tuple[str | None, int, int], Mapping[str, ParamSpec]] = {}  # modules share groups and shapes
+    for m in specs:
+        d = decisions.get(m.name)
+        target = d.target if d is not None and d.scheme is not None and d.target in qc.hf_targets else None
+        key = (target, m.out_features, m.in_features)
+        sig = memo.get(key)
+        if sig is None:
+            entry = qc.hf_targets[target] if target is not None else None
+            if entry is None:
+                sig = group_signature(None, None, None, None, m.out_features, m.in_features, cfg.dtype)
+            else:
+                sig = group_signature(entry.weights.raw, entry.input.raw if entry.input else None,
+                                      entry.output.raw if entry.output else None, entry.format or qc.format,
+                                      m.out_features, m.in_features, cfg.dtype)
+            memo[key] = sig
+        out[m.name] = sig
+    return out
+
+
+def _stored_signature(stored: Mapping[str, Any], out_f: int, in_f: int, dtype: str) -> Mapping[str, ParamSpec] | None:
+    """The fallback: the signature of the scheme the stored tensors imply."""
+    scheme = stored_scheme(stored)
+    if scheme is None:
+        return None
+    shapes = expected_shapes(scheme, out_f, in_f)
+    return {s: ParamSpec(rule.dtypes if s != "weight" or scheme != "unquantized" else (dtype,),
+                         tuple(shapes[s])) for s, rule in SCHEME_PARAMS[scheme].items() if rule.required}
+
+
+def module_params(backbone: Mapping[str, Any], modules: Any) -> dict[str, dict[str, Any]]:
+    """Stored parameters of each module: module -> {suffix: header entry}; any suffix (one pass)."""
+    out: dict[str, dict[str, Any]] = {m: {} for m in modules}
+    for name, info in backbone.items():
+        module, _, suffix = name.rpartition(".")
+        params = out.get(module)
+        if params is not None:
+            params[suffix] = info
+    return out
 
 
 def check_backbone(ck: Checkpoint) -> Iterator[Finding]:
     if ck.model is None or not ck.backbone:
         return
+    cfg = ck.model
+    dtype = cfg.dtype
     accounted: set[str] = set()
-    params = params_by_module(ck.backbone, (m.name for m in linear_modules(ck.model)))
-    for spec in linear_modules(ck.model):
+    specs = linear_modules(cfg)
+    params = module_params(ck.backbone, (m.name for m in specs))
+    signatures = _signatures(cfg)
+    for spec in specs:
         stored = params[spec.name]
         accounted.update(f"{spec.name}.{s}" for s in stored)
-        scheme = stored_scheme(stored)
-        if scheme is None:
+        want = signatures[spec.name] if signatures is not None else _stored_signature(
+            stored, spec.out_features, spec.in_features, dtype)
+        if want is None:
             yield error("tensor-missing", f"{spec.name}: no weight stored (neither weight nor weight_packed)",
                         module=spec.name, tensor=f"{spec.name}.weight", file=None, fix=_REDOWNLOAD)
             continue
-        for problem in scheme_problems(scheme, stored, spec.out_features, spec.in_features):
-            code = "tensor-missing" if problem.startswith("missing ") else "tensor-shape"
-            yield error(code, f"{spec.name} ({scheme}): {problem}", module=spec.name, fix=_REDOWNLOAD)
-    for name, shape in plain_params(ck.model).items():
+        for kind, suffix, text in signature_problems(want, stored, spec.out_features if spec.bias else None, dtype):
+            tensor = f"{spec.name}.{suffix}"
+            yield error(_CODES[kind], f"{spec.name}: {text}", module=spec.name, tensor=tensor,
+                        file=ck.tensor_file.get(tensor), fix=_REDOWNLOAD)
+    for name, shape in plain_params(cfg).items():
         info = ck.backbone.get(name)
         if info is None:
             yield error("tensor-missing", f"{name} is missing", tensor=name, fix=_REDOWNLOAD)
             continue
         accounted.add(name)
-        if info.shape != shape:
-            yield error("tensor-shape", f"{name} has shape {list(info.shape)}, config implies {list(shape)}",
+        if info.shape != shape or info.dtype != dtype:
+            yield error("tensor-shape", f"{name} is {info.dtype}{list(info.shape)}, config implies {dtype}{list(shape)}",
                         tensor=name, file=ck.tensor_file.get(name), fix=_REDOWNLOAD)
-    vocab_hidden = table_shape(ck.model)
+    vocab_hidden = table_shape(cfg)
     for table in ck.tables:
         info = ck.backbone.get(table)
         if info is None:
@@ -48,10 +123,10 @@ def check_backbone(ck: Checkpoint) -> Iterator[Finding]:
         accounted.add(table)
         if ck.layout in (Layout.LAYOUT_2, Layout.LAYOUT_2_UNMARKED):
             continue  # reported as tables-duplicated by the layout check
-        if info.dtype not in FLOAT_DTYPES or info.shape != vocab_hidden:
-            yield error("table-shape", f"{table} is {info.dtype}{list(info.shape)}, expected BF16{list(vocab_hidden)}",
+        if info.dtype != dtype or info.shape != vocab_hidden:
+            yield error("table-shape", f"{table} is {info.dtype}{list(info.shape)}, expected {dtype}{list(vocab_hidden)}",
                         tensor=table, file=ck.tensor_file.get(table), fix=_REDOWNLOAD)
     for name in sorted(set(ck.backbone) - accounted):
-        yield error("tensor-unexpected", f"{name} is not part of a {ck.model.architecture} with this config",
+        yield error("tensor-unexpected", f"{name} is not part of a {cfg.architecture} with this config",
                     tensor=name, file=ck.tensor_file.get(name),
                     fix="check that config.json belongs to these weights; re-download both from one revision")

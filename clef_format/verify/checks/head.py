@@ -12,7 +12,9 @@ from clef_format.spec.findings import Finding, error
 from clef_format.spec.joint_head import HeadConfigError, head_problems, parse_head_config
 
 _FIX = "re-download the joint head files of this revision"
-#: Most layers per stack a head config may claim (the release: 2 and 4); more is hostile input.
+#: Findings listed per head file (a hostile or foreign file must not flood the report).
+_MAX_FINDINGS = 50
+
 
 def check_head(ck: Checkpoint) -> Iterator[Finding]:
     weights, config_rel = L.head_files(ck.layout)
@@ -34,11 +36,11 @@ def check_head(ck: Checkpoint) -> Iterator[Finding]:
     header = ck.headers.get(weights)
     if header is None:
         return
-    shapes = {name: info.shape for name, info in header.tensors.items()}
-    missing, unexpected = head_problems(cfg, shapes)
-    if missing:
-        yield error("head-incomplete", f"{weights} lacks {len(missing)} tensor(s): {', '.join(missing[:8])}"
-                    + (" ..." if len(missing) > 8 else ""), file=weights, fix=_FIX)
-    if unexpected:
-        yield error("head-unexpected", f"{weights} holds layers its config does not imply: {', '.join(unexpected)}",
+    tensors = {name: (info.dtype, info.shape) for name, info in header.tensors.items()}
+    problems = head_problems(cfg, tensors)
+    for p in problems[:_MAX_FINDINGS]:
+        code = "head-unexpected" if p.kind == "unexpected" else "head-incomplete"
+        yield error(code, f"{weights}: {p.message}", file=weights, tensor=p.tensor, fix=_FIX)
+    if len(problems) > _MAX_FINDINGS:
+        yield error("head-incomplete", f"{weights}: {len(problems) - _MAX_FINDINGS} more problem(s) not listed",
                     file=weights, fix=_FIX)

@@ -10,7 +10,7 @@ from clef_format.read.checkpoint import Checkpoint
 from clef_format.spec import layouts as L
 from clef_format.spec.findings import Finding, error, warning
 from clef_format.spec.layouts import Layout, migrate_command
-from clef_format.spec.marker import MarkerError, check_marker
+from clef_format.spec.marker import MarkerError, parse_marker
 
 
 def check_layout(ck: Checkpoint) -> Iterator[Finding]:
@@ -39,10 +39,12 @@ def check_layout(ck: Checkpoint) -> Iterator[Finding]:
         yield warning("legacy-layout",
                       "layout-1: BF16 tables inside the backbone; only clef-vllm < 0.2.0 serves it",
                       fix=f"{migrate_command(path, Layout.LAYOUT_2, ck.hf_snapshot)} (2 GB smaller, ~2.4 GiB less GPU memory)")
-        missing = [t for t in (embed, lm_head) if t not in ck.backbone]
-        for t in missing:
-            yield error("tables-missing", f"{t} is missing from the backbone", tensor=t,
-                        fix="re-download the backbone")
+
+    if layout in (Layout.LAYOUT_1, Layout.ORIGINAL_RELEASE):
+        for t in (embed, lm_head):
+            if t not in ck.backbone:
+                yield error("tables-missing", f"{t} is missing from the backbone ({layout} holds both tables there)",
+                            tensor=t, fix="re-download the backbone")
     if layout is Layout.LAYOUT_2_UNMARKED:
         yield error("marker-missing",
                     f"int8 tables present but {L.HEAD_CONFIG} has no {L.MARKER_KEY} marker: an old plugin would "
@@ -53,15 +55,28 @@ def check_layout(ck: Checkpoint) -> Iterator[Finding]:
             for t in in_backbone:
                 yield error("tables-duplicated", f"{t} is both in the backbone and in {L.TABLES}", tensor=t,
                             file=ck.tensor_file[t],
-                            fix=f"re-download the backbone of this revision, or {migrate_command(path, Layout.LAYOUT_2, ck.hf_snapshot)}")
+                            fix=f"re-download the backbone files of this revision: in {layout} they do not hold the "
+                                f"tables ({L.TABLES} does); no migration removes a duplicate")
         elif not has_tables_file:
             yield error("tables-missing", f"{L.TABLES} is missing" + (
                 f" (and the backbone still holds {', '.join(in_backbone)})" if in_backbone else ""),
                 file=L.TABLES, fix="download clef_head/tables_int8.safetensors from the same revision")
-    if ck.head_config is not None and isinstance(ck.head_config, dict) and L.MARKER_KEY in ck.head_config:
-        try:
-            check_marker(ck.head_config[L.MARKER_KEY])
-        except MarkerError as exc:
-            yield error("marker-invalid", str(exc), file=L.HEAD_CONFIG,
-                        fix=f"set \"{L.MARKER_KEY}\": \"{L.MARKER_VALUE}\" in {L.HEAD_CONFIG} "
-                            f"(or run {migrate_command(path, Layout.LAYOUT_2, ck.hf_snapshot)})")
+    if isinstance(ck.head_config, dict) and L.MARKER_KEY in ck.head_config:
+        problem = marker_problem_of(ck.head_config[L.MARKER_KEY])
+        if problem is not None:
+            from clef_format.spec.compat import marker_fix
+
+            yield error("marker-invalid", problem, file=L.HEAD_CONFIG, fix=marker_fix(path, ck.hf_snapshot))
+
+
+def marker_problem_of(value: object) -> str | None:
+    """Why a marker value is invalid (not a specifier, admits a version below 0.2.0, or none), or ``None``.
+    The marker this project writes is known valid without importing packaging."""
+    if value == L.MARKER_VALUE:
+        return None
+    from clef_format.spec.compat import marker_problem
+
+    try:
+        return marker_problem(parse_marker(value))
+    except MarkerError as exc:
+        return str(exc)

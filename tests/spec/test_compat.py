@@ -1,0 +1,107 @@
+"""The pair rule of spec.compat: layout-2 only with >=0.2.0, layout-1 only with 0.1.x, whatever the
+marker admits; a marker admitting a version outside its layout's range, or none, is invalid;
+pre-releases follow PEP 440."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from clef_format.compat import IncompatibleError, check_checkpoint, check_pair
+from clef_format.spec import layouts as L
+from clef_format.spec.compat import SERVED_BY, marker_problem, served_layout
+from clef_format.spec.layouts import Layout
+from clef_format.verify.run import verify
+
+INSIDE = [">=0.2.0", ">=0.2", ">=0.2.0,<0.3", "==0.2.*", "~=0.2.1", "==0.2.4", ">0.2.0", ">=0.2.0rc1", ">=1.0",
+          ">=0.2.0,!=0.2.3", "===0.2.0"]
+BELOW = ["==0.1.4", ">=0.1", ">0.1.99", "!=0.1.4", "<0.3", "~=0.1", "==0.1.*", ">=0.1.9,<0.3", "<=0.2.0", "===0.1.0"]
+EMPTY = [">=0.2,<0.2", ">0.3,<0.3", "==0.2.0,!=0.2.0", ">=0.3,<=0.2.9", "==0.2.*,==0.3.*", ">0.2.0,<0.2.0.post1"]
+
+
+@pytest.mark.parametrize("value", INSIDE)
+def test_markers_inside_the_layout_2_range_are_valid(value):
+    assert marker_problem(SpecifierSet(value)) is None
+
+
+@pytest.mark.parametrize("value", BELOW)
+def test_markers_admitting_a_0_1_plugin_are_invalid(value):
+    problem = marker_problem(SpecifierSet(value))
+    assert problem is not None and "below 0.2.0" in problem
+    # and the claim is true: some 0.1.x version is admitted
+    assert any(SpecifierSet(value).contains(v, prereleases=True) for v in ("0.1.0", "0.1.4", "0.1.100", "0.1.9"))
+
+
+@pytest.mark.parametrize("value", EMPTY)
+def test_markers_admitting_nothing_are_invalid(value):
+    problem = marker_problem(SpecifierSet(value))
+    assert problem is not None and "no version" in problem
+
+
+@pytest.mark.parametrize("marker", ["==0.1.4", ">=0.1", ">=0.2,<0.2"])
+@pytest.mark.parametrize("version", ["0.1.4", "0.2.0", "0.2.5"])
+def test_an_invalid_marker_is_served_by_nobody(marker, version):
+    with pytest.raises(IncompatibleError) as exc:
+        check_pair(Layout.LAYOUT_2, SpecifierSet(marker), version, path="ck")
+    assert exc.value.code in ("marker-invalid", "plugin-incompatible")
+    assert "clef-format migrate" not in exc.value.fix  # no migration rewrites a layout-2 marker
+
+
+def test_layout_ranges_are_disjoint_and_cover_every_version_from_0_1():
+    for v in ("0.1.0.dev0", "0.1.0", "0.1.4", "0.1.5rc1", "0.1.99", "0.2.0.dev1", "0.2.0rc1", "0.2.0", "0.2.1rc2",
+              "0.3", "1.0", "0.2.0.post1"):
+        served = [lay for lay, spec in SERVED_BY.items() if spec is not None and spec.contains(v, prereleases=True)]
+        assert len(served) == 1, (v, served)
+        assert served_layout(v) is served[0]
+    assert served_layout("0.0.9") is None
+
+
+@pytest.mark.parametrize("version, layout1, layout2_default, layout2_rc_marker", [
+    ("0.1.4", None, "plugin-incompatible", "plugin-incompatible"),
+    ("0.1.5rc1", None, "plugin-incompatible", "plugin-incompatible"),
+    ("0.2.0rc1", "plugin-incompatible", "plugin-incompatible", None),  # PEP 440: 0.2.0rc1 < 0.2.0
+    ("0.2.0.dev3", "plugin-incompatible", "plugin-incompatible", "plugin-incompatible"),  # dev0-3 < rc1
+    ("0.2.0", "plugin-incompatible", None, None),
+    ("0.2.1rc1", "plugin-incompatible", None, None),
+    ("0.0.9", "plugin-incompatible", "plugin-incompatible", "plugin-incompatible"),
+])
+def test_prereleases_follow_pep_440(version, layout1, layout2_default, layout2_rc_marker):
+    def code(layout, marker):
+        try:
+            check_pair(layout, marker, version)
+        except IncompatibleError as exc:
+            return exc.code
+        return None
+
+    assert code(Layout.LAYOUT_1, None) == layout1
+    assert code(Layout.LAYOUT_2, SpecifierSet(">=0.2.0")) == layout2_default
+    assert code(Layout.LAYOUT_2, SpecifierSet(">=0.2.0rc1")) == layout2_rc_marker
+    assert Version("0.2.0rc1") < Version("0.2.0")
+
+
+def test_a_prerelease_refusal_points_to_the_layout_it_can_serve():
+    """0.2.0rc1 on a >=0.2.0 checkpoint: the fix is a plugin release, never a migration to layout-1
+    (which 0.2.0rc1 cannot serve either)."""
+    with pytest.raises(IncompatibleError) as exc:
+        check_pair(Layout.LAYOUT_2, SpecifierSet(">=0.2.0"), "0.2.0rc1", path="ck")
+    assert "--to layout-1" not in exc.value.fix and "pip install" in exc.value.fix
+    assert served_layout("0.2.0rc1") is Layout.LAYOUT_2
+
+
+@pytest.mark.parametrize("marker, version", [("==0.1.4", "0.1.4"), (">=0.1", "0.1.4"), (">=0.2,<0.2", "0.2.0"),
+                                             (">=0.2,<0.2", "0.1.4")])
+def test_verify_and_the_gate_refuse_markers_outside_the_range(fresh, marker, version):
+    root = fresh("layout-2", "bf16", num_layers=4)
+    cfg = json.loads((root / L.HEAD_CONFIG).read_text())
+    cfg[L.MARKER_KEY] = marker
+    (root / L.HEAD_CONFIG).write_text(json.dumps(cfg))
+    report = verify(str(root), plugin_version=version)
+    assert not report.ok
+    assert "marker-invalid" in report.codes() and "plugin-incompatible" in report.codes()
+    assert "marker-invalid" in verify(str(root)).codes()
+    with pytest.raises(IncompatibleError) as exc:
+        check_checkpoint(root, version)
+    assert exc.value.code in ("marker-invalid", "plugin-incompatible")

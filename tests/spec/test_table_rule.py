@@ -1,0 +1,133 @@
+"""One definition of a valid table (spec.tables_format), and every reader applies it alike: verify,
+verify --deep, the serving gate, the marker repair and migrate agree on a huge row scale, an int8
+-128, a NaN row in a BF16 table, and a zero row."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clef_format.compat import IncompatibleError, check_checkpoint
+from clef_format.migrate.session import Options, migrate
+from clef_format.read.checkpoint import read_checkpoint
+from clef_format.read.safetensors import read_header
+from clef_format.spec import layouts as L
+from clef_format.spec import tables_format as TF
+from clef_format.verify.run import verify
+
+
+def _poke(path, name, offset, data: bytes) -> None:
+    h = read_header(path)
+    with open(path, "r+b") as fh:
+        fh.seek(h.data_start + h.tensors[name].begin + offset)
+        fh.write(data)
+
+
+def _errors(report) -> set[str]:
+    return {f.code for f in report.findings if f.severity == "error"}
+
+
+def _migrate(root, to):
+    report = migrate(str(root), str(root), Options(to=to))
+    return _errors(report), report
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(width=32, allow_nan=True, allow_infinity=True), max_size=64))
+def test_scale_rule_agrees_with_a_bf16_decode(values):
+    """A scale is valid exactly when it is finite, not negative and 127 * scale decodes to a finite BF16."""
+    t = torch.tensor(values, dtype=torch.float32)
+    decoded = (t * TF.QMAX).to(torch.bfloat16)
+    want = [i for i, v in enumerate(t.tolist())
+            if not (torch.isfinite(torch.tensor(v)) and v >= 0 and bool(torch.isfinite(decoded[i])))]
+    p = TF.scale_problems(t.numpy().tobytes())
+    got = sorted(i for kind in p.first for i in p.first[kind])
+    assert sum(p.counts.values()) == len(want)
+    assert set(got) <= set(want)
+
+
+def test_scale_rule_boundary():
+    assert not TF.scale_problems(struct.pack("<f", TF.SCALE_MAX * (1 - 1e-6)))
+    assert TF.scale_problems(struct.pack("<f", TF.SCALE_MAX * (1 + 1e-6))).counts == {"too-large": 1}
+    assert not TF.scale_problems(struct.pack("<2f", 0.0, -0.0))  # zero rows
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.floats(width=16, allow_nan=True, allow_infinity=True), max_size=64), st.sampled_from(["BF16", "F16", "F32"]))
+def test_float_rule_agrees_with_torch(values, dtype):
+    tdt = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}[dtype]
+    t = torch.tensor(values, dtype=torch.float32).to(tdt)
+    raw = t.view(torch.int16 if dtype != "F32" else torch.int32).numpy().tobytes()
+    want = torch.nonzero(~torch.isfinite(t.float())).flatten().tolist()
+    p = TF.float_problems(dtype, raw)
+    assert p.counts.get("nonfinite", 0) == len(want) and p.first.get("nonfinite", []) == want[:5]
+
+
+def test_int8_rule():
+    assert not TF.int8_problems(bytes([0x7F, 0x81, 0, 1]))  # 127, -127
+    p = TF.int8_problems(bytes([0, 0x80, 5, 0x80]))
+    assert p.counts == {"out-of-range": 2} and p.first["out-of-range"] == [1, 3]
+
+
+def test_huge_row_scale_is_refused_everywhere(fresh):
+    root = fresh("layout-2", "bf16", num_layers=4)
+    _poke(root / L.TABLES, TF.scale_name(L.LM_HEAD), 4 * 3, struct.pack("<f", 3e37))  # finite, but 127x is inf in BF16
+    assert "scale-range" in _errors(verify(str(root)))
+    assert "scale-range" in _errors(verify(str(root), deep=True))
+    with pytest.raises(IncompatibleError) as exc:
+        check_checkpoint(root, "0.2.0")
+    assert exc.value.code == "scale-range"
+    codes, _ = _migrate(root, "layout-1")
+    assert codes == {"migrate-refused"}
+
+
+def test_huge_row_scale_blocks_the_repair(fresh):
+    root = fresh("layout-2-unmarked", "bf16", num_layers=4)
+    _poke(root / L.TABLES, TF.scale_name(L.EMBED_TOKENS), 0, struct.pack("<f", 1e38))
+    codes, _ = _migrate(root, "layout-2")
+    assert codes == {"migrate-refused"} and read_checkpoint(root).layout is L.Layout.LAYOUT_2_UNMARKED
+
+
+def test_int8_minus_128_is_refused_by_deep_repair_and_migrate(fresh):
+    root = fresh("layout-2", "bf16", num_layers=4)
+    _poke(root / L.TABLES, L.EMBED_TOKENS, 70, b"\x80")
+    report = verify(str(root), deep=True)
+    found = [f for f in report.findings if f.code == "table-value-range"]
+    assert found and found[0].tensor == L.EMBED_TOKENS and "rows [1]" in found[0].message  # hidden 64: byte 70 is row 1
+    codes, _ = _migrate(root, "layout-1")
+    assert codes == {"migrate-refused"}
+
+
+def test_int8_minus_128_blocks_the_repair(fresh):
+    root = fresh("layout-2-unmarked", "bf16", num_layers=4)
+    _poke(root / L.TABLES, L.LM_HEAD, 3, b"\x80")
+    assert "table-value-range" in _errors(verify(str(root), deep=True))
+    codes, _ = _migrate(root, "layout-2")
+    assert codes == {"migrate-refused"}
+
+
+def test_nan_row_in_a_bf16_table_is_refused_by_deep_and_migrate(fresh):
+    root = fresh("layout-1", "bf16", num_layers=4)
+    ck = read_checkpoint(root)
+    rel = ck.tensor_file[L.LM_HEAD]
+    _poke(root / rel, L.LM_HEAD, 2 * 64 * 5 + 8, struct.pack("<H", 0x7FC0))  # row 5
+    found = [f for f in verify(str(root), deep=True).findings if f.code == "table-nonfinite"]
+    assert found and "rows [5]" in found[0].message and found[0].severity == "error"
+    codes, _ = _migrate(root, "layout-2")
+    assert codes == {"table-nonfinite"}
+
+
+def test_a_zero_row_is_valid_everywhere(fresh):
+    root = fresh("layout-2", "bf16", num_layers=4)
+    h = read_header(root / L.TABLES)
+    hidden = h.tensors[L.EMBED_TOKENS].shape[1]
+    _poke(root / L.TABLES, L.EMBED_TOKENS, hidden * 2, b"\0" * hidden)
+    _poke(root / L.TABLES, TF.scale_name(L.EMBED_TOKENS), 4 * 2, struct.pack("<f", 0.0))
+    assert verify(str(root), deep=True).ok
+    check_checkpoint(root, "0.2.0")
+    codes, report = _migrate(root, "layout-1")
+    assert not codes, report.findings
