@@ -70,6 +70,7 @@ CODES: dict[str, str] = {
     "unreadable": "a file or directory could not be read or listed (permissions, I/O error); exit 2",
     "unwritable": "a file or directory could not be written (permissions, read-only disk); exit 2",
     "interrupted": "the command was interrupted (SIGINT); exit 2",
+    "workdir-replaced": "migrate replaced the folder the shell was in: cd into it again to see the new files",
 }
 
 #: Codes that mean the command could not run: the CLI exits 2 when a report holds one of them.
