@@ -27,6 +27,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -99,10 +100,14 @@ class Target:
 
 
 def make_target(source: str, output: str | None) -> Target:
+    """Both ends resolved: a symlinked checkpoint or ``--output`` is the folder it leads to (so the
+    workspace lands beside that folder, and a symlink is never swapped away in its place)."""
     src = os.path.realpath(source)
     if output is None:
         return Target(src, src, True)
     out = os.path.abspath(output)
+    if os.path.islink(out):
+        out = os.path.realpath(out)
     return Target(os.path.join(os.path.realpath(os.path.dirname(out)), os.path.basename(out)), src, False)
 
 
@@ -118,7 +123,13 @@ class Lock:
     def __enter__(self) -> "Lock":
         import fcntl
 
+        from clef_format.read.hf_cache import cache_area
+
         path = self.target.lock_path
+        area = cache_area(path)
+        if area:
+            raise Refused("migrate-refused", f"{path} would lie inside a Hugging Face cache ({area}), which is never "
+                                             "written", "use --output DIR outside the cache")
         for _ in range(5):
             try:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -127,24 +138,46 @@ class Lock:
                               "the directory (or its parent) is read-only: use --output DIR on a writable disk") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    os.close(fd)
+                    raise Refused("migrate-refused", f"cannot take the lock {path}: {exc.strerror}; nothing was written",
+                                  "run it again; if it persists, the filesystem does not support flock: "
+                                  "use --output DIR on a local disk") from None
+                try:
+                    holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+                except OSError:
+                    holder = "?"
                 os.close(fd)
                 raise Refused("migrate-refused",
                               f"another clef-format migrate (pid {holder}) is working on {self.target.path}",
                               "wait for it to finish; a killed run's lock is released by the kernel") from None
             try:
-                same = os.fstat(fd).st_ino == os.stat(path).st_ino
-            except FileNotFoundError:
-                same = False
+                try:
+                    same = os.fstat(fd).st_ino == os.stat(path).st_ino
+                except FileNotFoundError:
+                    same = False
+                if same:
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, str(os.getpid()).encode(), 0)
+            except OSError as exc:
+                self._drop(fd)
+                raise Refused("migrate-refused", f"cannot record the lock {path}: {exc.strerror or exc}; nothing was "
+                                                 "written", "free the cause (disk, permissions) and run it again") from None
             if same:
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, str(os.getpid()).encode(), 0)
                 self.fd = fd
                 crashpoint("lock")
                 return self
             os.close(fd)  # the previous holder removed the file after we opened it: take the new one
         raise Refused("migrate-refused", f"could not take the lock {path}")
+
+    def _drop(self, fd: int) -> None:
+        """Give up a lock taken but not recorded: remove its file (still held, so no other run has it)."""
+        try:
+            os.unlink(self.target.lock_path)
+        except OSError:
+            pass
+        os.close(fd)
 
     def __exit__(self, *exc: object) -> None:
         if self.fd is not None:
@@ -189,15 +222,33 @@ def fingerprint(ck: Checkpoint) -> dict[str, list[int]]:
 
 
 def _rmtree(path: str) -> None:
-    def onerror(func: Any, p: str, exc: Any) -> None:
-        try:
-            os.chmod(os.path.dirname(p), 0o700)
-            func(p)
-        except OSError:
-            pass
+    """Delete a tree migrate made (workspace, old tree). A folder without write or search permission
+    is opened up first (it is ours to delete); anything that still cannot go raises ``OSError``."""
+    if not os.path.lexists(path):
+        return
+    failed: list[BaseException] = []
 
-    if os.path.lexists(path):
-        shutil.rmtree(path, onerror=onerror)
+    def onexc(func: Any, p: str, exc: Any) -> None:
+        err = exc[1] if isinstance(exc, tuple) else exc
+        if func in (os.rmdir, os.unlink, os.remove) or func is os.lstat:
+            target = os.path.dirname(p)
+        else:  # os.open / os.scandir of the folder itself could not list it
+            target = p
+        try:
+            if not os.path.islink(target):
+                os.chmod(target, 0o700)
+        except OSError:
+            failed.append(err)
+
+    for _ in range(3):
+        failed.clear()
+        shutil.rmtree(path, onerror=onexc)
+        if not os.path.lexists(path):
+            return
+    err = failed[0] if failed else None
+    if isinstance(err, OSError):
+        raise OSError(err.errno, f"cannot delete {path}: {err.strerror}", err.filename)
+    raise OSError(errno.ENOTEMPTY, f"cannot delete {path}", path)
 
 
 def _cleanup(target: Target) -> None:
@@ -211,7 +262,10 @@ def _cleanup(target: Target) -> None:
         pass
     crashpoint("cleanup")
     _rmtree(target.ws)
-    fsutil.fsync_dir(target.parent)
+    try:
+        fsutil.fsync_dir(target.parent)  # persists only the empty workspace's removal: the swap was fsynced
+    except OSError:
+        pass
 
 
 def _swapped(target: Target, journal: dict[str, Any]) -> bool:
@@ -222,26 +276,79 @@ def _swapped(target: Target, journal: dict[str, Any]) -> bool:
     return [st.st_dev, st.st_ino] == journal.get("new_ino")
 
 
-def _swap(target: Target, journal: dict[str, Any]) -> None:
-    crashpoint("swap")
-    if os.path.isdir(target.path):
+class SwapFailed(OSError):
+    """The swap did not happen and was undone: the target is exactly as it was, the workspace removed."""
+
+
+class CleanupIncomplete(OSError):
+    """The new tree is in place (the migration is done) but removing what it replaced failed; the
+    journal says ``swapped`` so the next call finishes the cleanup."""
+
+
+def _put_back(target: Target) -> None:
+    """Undo half a fallback swap: the parked old tree goes back to ``T``."""
+    if not os.path.lexists(target.path) and os.path.isdir(target.old):
+        os.rename(target.old, target.path)
+    elif not target.in_place and not os.path.lexists(target.path):
+        os.mkdir(target.path)
+
+
+def _exchange(target: Target) -> None:
+    if os.path.isdir(target.path) and not os.path.islink(target.path):
         try:
             fsutil.exchange(target.new, target.path)
+            return
         except OSError as exc:
-            if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.EXDEV, errno.ENOTSUP, errno.EPERM):
+            if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EPERM):
                 raise
-            if not target.in_place:
-                os.rmdir(target.path)  # refused earlier unless empty
-            else:
-                os.rename(target.path, target.old)
-                crashpoint("swap")
-            os.rename(target.new, target.path)
-    else:
-        os.rename(target.new, target.path)
-    fsutil.fsync_dir(target.parent)
+        if not target.in_place:
+            os.rmdir(target.path)  # refused earlier unless empty
+        else:
+            os.rename(target.path, target.old)
+            crashpoint("swap")
+    os.rename(target.new, target.path)
+
+
+def _swap(target: Target, journal: dict[str, Any]) -> None:
+    """Swap the staged tree in. A failure before the new tree is in place is undone (``SwapFailed``);
+    one after it (fsync, journal) leaves a finished migration whose cleanup the next call completes."""
     crashpoint("swap")
-    journal["phase"] = "swapped"
-    write_journal(target, journal)
+    try:
+        _exchange(target)
+    except OSError as exc:
+        cause = exc.strerror or str(exc)
+        try:
+            _put_back(target)
+        except OSError as undo:
+            raise SwapFailed(exc.errno, f"swapping the new tree into {target.path} failed ({cause}) and putting the "
+                                        f"old one back failed too ({undo.strerror}); the complete old tree is in "
+                                        f"{target.old} and the new one in {target.new}: rerun clef-format migrate "
+                                        "to finish, or --abort to restore the old one") from None
+        try:
+            _rmtree(target.ws)
+        except OSError as rm:
+            raise SwapFailed(exc.errno, f"swapping the new tree into {target.path} failed: {cause}; the checkpoint "
+                                        f"is unchanged, but the workspace {target.ws} could not be removed "
+                                        f"({rm.strerror}): rerun with --abort") from None
+        raise SwapFailed(exc.errno, f"swapping the new tree into {target.path} failed: {cause}; nothing was changed "
+                                    "and the new files were removed") from None
+    try:
+        fsutil.fsync_dir(target.parent)
+        crashpoint("swap")
+        journal["phase"] = "swapped"
+        write_journal(target, journal)
+    except OSError as exc:
+        raise CleanupIncomplete(exc.errno, f"the new tree is in place at {target.path}, but recording it failed "
+                                           f"({exc.strerror or exc}): rerun clef-format migrate to finish") from None
+
+
+def _cleanup_or_say(target: Target) -> None:
+    try:
+        _cleanup(target)
+    except OSError as exc:
+        raise CleanupIncomplete(exc.errno, f"the migration is complete ({target.path} holds the new tree), but "
+                                           f"removing the old files in {target.ws} failed: {exc.strerror or exc}; "
+                                           "rerun clef-format migrate to finish the cleanup") from None
 
 
 def recover(target: Target, source_ck: Checkpoint | None, abort: bool = False) -> str | None:
@@ -258,27 +365,149 @@ def recover(target: Target, source_ck: Checkpoint | None, abort: bool = False) -
         if phase != "swapped":
             journal["phase"] = "swapped"
             write_journal(target, journal)
-        _cleanup(target)
+        _cleanup_or_say(target)
         return f"the interrupted migration {what} had completed; finished its cleanup"
     if phase == "staged" and not os.path.lexists(target.path) and os.path.isdir(target.old):
         # killed between the two renames of the fallback swap: the new tree goes in
         os.rename(target.new, target.path)
-        fsutil.fsync_dir(target.parent)
         journal["phase"] = "swapped"
         write_journal(target, journal)
-        _cleanup(target)
+        fsutil.fsync_dir(target.parent)
+        _cleanup_or_say(target)
         return f"finished the interrupted migration {what} (its new tree was complete)"
     if abort:
         _rmtree(target.ws)
         return f"rolled back the interrupted migration {what}; the checkpoint was never changed"
     if phase == "staged" and source_ck is not None and journal.get("fingerprint") == fingerprint(source_ck):
         _swap(target, journal)
-        _cleanup(target)
+        _cleanup_or_say(target)
         return f"finished the interrupted migration {what} (its new tree was complete and verified)"
     if phase == "staging":
         return f"resuming the interrupted migration {what}"
     _rmtree(target.ws)
     return f"rolled back the interrupted migration {what}: the checkpoint changed since"
+
+
+# ---- preflight: everything checked before anything is written (the dry run runs the same) ----------
+
+_SPECIAL = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+            (stat.S_ISBLK, "a block device"))
+
+
+def survey_source(root: str, in_place: bool) -> list[str]:
+    """Every entry of the source (rel paths, sorted), each proven carriable: folders listed, files
+    readable, no special file. In place the old tree is deleted after the swap, so every folder must
+    also be one this process may empty. Raises ``CouldNotRun`` (unreadable) or ``Refused``."""
+    from clef_format.errors import CouldNotRun
+
+    entries: list[str] = []
+    fix = "make it readable (chmod / chown), or run as a user who can read the whole checkpoint"
+    me = os.geteuid()
+
+    def walk(dirpath: str, rel_dir: str) -> None:
+        try:
+            with os.scandir(dirpath) as it:
+                items = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            raise CouldNotRun(f"{rel_dir or '.'} cannot be listed: {exc.strerror or exc}; nothing was written",
+                              fix=fix) from None
+        if in_place and rel_dir and not os.access(dirpath, os.W_OK | os.X_OK):
+            try:
+                owner = os.lstat(dirpath).st_uid
+            except OSError:
+                owner = -1
+            if owner != me:
+                raise Refused("migrate-refused", f"{rel_dir} is not writable by this user (owner uid {owner}): after "
+                                                 "the swap the old copy of it could not be removed; nothing was written",
+                              "make it writable (chown / chmod), or use --output DIR") from None
+        for item in items:
+            rel = f"{rel_dir}/{item.name}" if rel_dir else item.name
+            if not in_place and not rel_dir and item.name == ".cache":
+                continue  # download metadata: not carried out of place
+            try:
+                st = os.lstat(item.path)
+            except OSError as exc:
+                raise CouldNotRun(f"{rel} cannot be read: {exc.strerror or exc}; nothing was written", fix=fix) from None
+            entries.append(rel)
+            if stat.S_ISDIR(st.st_mode):
+                walk(item.path, rel)
+            elif stat.S_ISREG(st.st_mode):
+                try:
+                    os.close(os.open(item.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW))
+                except OSError as exc:
+                    raise CouldNotRun(f"{rel} cannot be read: {exc.strerror or exc}; nothing was written",
+                                      fix=fix) from None
+            elif not stat.S_ISLNK(st.st_mode):
+                kind = next((name for test, name in _SPECIAL if test(st.st_mode)), "a special file")
+                raise Refused("migrate-refused", f"{rel} is {kind}: migrate carries only regular files, folders and "
+                                                 "symlinks, and never reads or drops anything else; nothing was written",
+                              f"move {rel} out of the checkpoint, then run migrate again")
+
+    walk(root, "")
+    return entries
+
+
+def _lock_held(target: Target) -> bool:
+    import fcntl
+
+    try:
+        fd = os.open(target.lock_path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def preflight(target: Target, plan: Plan | None, snapshot: bool, check_lock: bool) -> list[Refused]:
+    """Why the write would fail, found before it starts: read-only places, a target that cannot be
+    swapped by rename (a mount point, another filesystem), a lock held, not enough space."""
+    out: list[Refused] = []
+    parent = target.parent
+    if not os.path.isdir(parent):
+        return [Refused("migrate-refused", f"{parent} does not exist", "create the parent folder of --output first")]
+    exists = os.path.lexists(target.path)
+    use_output = "use --output DIR (a new folder) on a writable disk"
+    try:
+        ro = bool(os.statvfs(parent).f_flag & os.ST_RDONLY)
+    except OSError:
+        ro = False
+    if ro:
+        out.append(Refused("migrate-refused", f"{parent} is on a read-only filesystem; nothing was written", use_output))
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        out.append(Refused("migrate-refused", f"{parent} is read-only for this user: the workspace and lock beside "
+                                              f"{os.path.basename(target.path)} cannot be created; nothing was written",
+                           use_output if target.in_place else "pick a writable --output"))
+    if exists:
+        if os.path.ismount(target.path):
+            out.append(Refused("migrate-refused", f"{target.path} is a mount point: the new tree cannot replace it by "
+                                                  "rename; nothing was written",
+                               "use --output DIR (a new folder inside it or elsewhere)" if target.in_place
+                               else "pick an --output that is a new folder"))
+        else:
+            try:
+                cross = os.stat(target.path).st_dev != os.stat(parent).st_dev
+            except OSError:
+                cross = False
+            if cross:
+                out.append(Refused("migrate-refused", f"{target.path} is on another filesystem than {parent}: it cannot "
+                                                      "be swapped by rename; nothing was written", use_output))
+        if not os.access(target.path, os.W_OK | os.X_OK):
+            out.append(Refused("migrate-refused", f"{target.path} is read-only for this user; nothing was written",
+                               use_output if target.in_place else "pick a writable --output"))
+    if check_lock and _lock_held(target):
+        out.append(Refused("migrate-refused", f"another clef-format migrate is working on {target.path}",
+                           "wait for it to finish; a killed run's lock is released by the kernel"))
+    if plan is not None and not out:
+        try:
+            check_space(plan, target, snapshot)
+        except Refused as exc:
+            out.append(exc)
+    return out
 
 
 # ---- the run -------------------------------------------------------------------------------
@@ -288,6 +517,7 @@ class Result:
     quality: dict[str, dict[str, float]] = field(default_factory=dict)
     carried_by: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)  # wall time per phase and per written file
+    entries: dict[str, int] = field(default_factory=dict)  # user entries before and after
 
 
 def carried_by_link(target: Target, snapshot: bool) -> bool:
@@ -318,12 +548,58 @@ def _verify_staged(plan: Plan, target: Target, display: str) -> Report:
     return report
 
 
+def _check_carried(entries: list[str], plan: Plan, target: Target) -> dict[str, int]:
+    """In place, the new tree holds every entry of the old one but those the plan removes: else nothing
+    is swapped (a tree with fewer entries is never produced)."""
+    removed = set(plan.removed)
+    missing = [rel for rel in entries if rel not in removed and not os.path.lexists(os.path.join(target.new, rel))]
+    if missing and target.in_place:
+        raise OSError(errno.EIO, f"the new tree lacks {len(missing)} entr{'y' if len(missing) == 1 else 'ies'} of the "
+                                 f"old one ({', '.join(missing[:5])}); nothing was changed")
+    after = sum(1 for _ in _walk_entries(target.new))
+    return {"before": len(entries), "after": after, "removed": len(removed & set(entries))}
+
+
+def _walk_entries(root: str) -> Any:
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            yield os.path.join(dirpath, name)
+
+
+def refresh_references(plan: Plan, ck: Checkpoint, new_root: str) -> None:
+    """Migrate owns the references it invalidates: the ``local_dir`` download metadata of every file it
+    replaced or removed goes (its etag described the old bytes), and ``clef_manifest.json`` is rewritten
+    for the new files when the source had one, or when a replaced file lost its metadata."""
+    from clef_format.migrate.manifest_writer import rewrite_manifest
+    from clef_format.read.hf_cache import LOCAL_DIR_DOWNLOAD
+
+    changed = {o.rel for o in plan.outputs} | set(plan.removed)
+    dropped = False
+    for rel in sorted(changed):
+        meta = os.path.join(new_root, *LOCAL_DIR_DOWNLOAD.split("/"), *rel.split("/")) + ".metadata"
+        if os.path.lexists(meta):
+            os.unlink(meta)
+            dropped = True
+    rewrite_manifest(ck, new_root, changed, always=dropped)
+
+
+def _roll_back(target: Target, exc: BaseException) -> None:
+    """Remove the workspace after a failed staging; if even that fails, say where it is."""
+    try:
+        _rmtree(target.ws)
+    except OSError as rm:
+        if isinstance(exc, OSError):
+            exc.strerror = (f"{exc.strerror or exc}; the workspace {target.ws} could not be removed "
+                            f"({rm.strerror}): rerun clef-format migrate, or --abort")
+
+
 def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | None = None,
              workers: int = 2) -> Result:
     """Stage, verify, swap, clean up. Raises ``OSError`` (rolled back: the original is intact) on failure."""
     progress = progress or NO_PROGRESS
     result = Result()
     t0 = time.perf_counter()
+    entries = survey_source(ck.root, target.in_place)  # proves every entry can be carried, before any write
     fp = fingerprint(ck)
     journal = read_journal(target)
     if not (journal and journal.get("phase") == "staging" and journal.get("fingerprint") == fp
@@ -374,6 +650,8 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
             produce(out)
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
             wait_all([pool.submit(produce, o) for o in big])
+        result.entries = _check_carried(entries, plan, target)
+        refresh_references(plan, ck, target.new)
         fsutil.finish_tree(ck.root, target.new)
         result.quality = dict(journal["quality"])
         t1 = time.perf_counter()
@@ -384,13 +662,13 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
         journal["new_ino"] = [st.st_dev, st.st_ino]
         journal["phase"] = "staged"
         write_journal(target, journal)
-    except BaseException:
-        _rmtree(target.ws)  # roll back: nothing outside the workspace was touched
+    except BaseException as exc:
+        _roll_back(target, exc)  # nothing outside the workspace was touched
         raise
     t2 = time.perf_counter()
     _swap(target, journal)
     t3 = time.perf_counter()
-    _cleanup(target)
+    _cleanup_or_say(target)
     result.seconds["swap"] = round(t3 - t2, 3)
     result.seconds["cleanup"] = round(time.perf_counter() - t3, 3)
     return result

@@ -21,6 +21,31 @@ AT_FDCWD = -100
 FICLONE = 0x40049409
 
 
+def umask() -> int:
+    """The process umask, read from /proc (no window where another thread sees a changed umask)."""
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def mode_for(predecessor: str) -> int:
+    """Permission bits for a new file: those of the file it replaces, else what the umask gives."""
+    try:
+        st = os.stat(predecessor)
+        if stat.S_ISREG(st.st_mode):
+            return stat.S_IMODE(st.st_mode)
+    except OSError:
+        pass
+    return 0o666 & ~umask()
+
+
 def fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:

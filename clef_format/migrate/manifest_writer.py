@@ -12,10 +12,11 @@ import os
 import tempfile
 from typing import Any
 
-from clef_format.errors import CouldNotRun
+from clef_format.errors import CouldNotRun, Refused
 from clef_format.progress import NO_PROGRESS, Progress
 from clef_format.read.checkpoint import open_checkpoint
 from clef_format.read.hashing import HashTask, hash_many
+from clef_format.read.hf_cache import in_hf_cache
 from clef_format.read.manifest import ALGORITHM, MANIFEST_NAME, build_manifest, manifest_files
 from clef_format.report import Report, make_report
 from clef_format.spec.findings import error
@@ -23,9 +24,15 @@ from clef_format.spec.findings import error
 
 def write_manifest(root: str, manifest: dict[str, Any]) -> str:
     """Write atomically (temp file, fsync, rename) so a crash never leaves half a manifest."""
+    if in_hf_cache(root):
+        raise Refused("manifest-refused", f"{root} is inside a Hugging Face cache, which clef-format never writes to")
+    from clef_format.migrate.fsutil import mode_for
+
     target = os.path.join(root, MANIFEST_NAME)
+    mode = mode_for(target)
     fd, tmp = tempfile.mkstemp(prefix=".clef_manifest.", suffix=".tmp", dir=root)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(manifest, fh, indent=1, sort_keys=True)
             fh.write("\n")
@@ -46,9 +53,9 @@ def make_manifest(path: str, force: bool = False, progress: Progress | None = No
     details: dict[str, Any] = {"written": None, "algorithm": ALGORITHM}
     if ck.unreadable:
         return make_report("manifest", path, layout, ck.findings, details)
-    if ck.hf_snapshot:
+    if ck.hf_snapshot or in_hf_cache(ck.root):
         return make_report("manifest", path, layout, [error(
-            "manifest-refused", f"{ck.root} is a Hugging Face cache snapshot, which clef-format never writes to",
+            "manifest-refused", f"{ck.root} is inside a Hugging Face cache, which clef-format never writes to",
             fix=f"clef-format verify {path} --deep already checks it against the cache's blob names")], details)
     errors = [f for f in ck.findings if f.severity == "error"]
     if errors and not force:
@@ -69,3 +76,30 @@ def make_manifest(path: str, force: bool = False, progress: Progress | None = No
                           fix="make the checkpoint directory writable, or run as its owner") from None
     details.update({"written": target, "files": len(digests), "bytes": sum(files.values())})
     return make_report("manifest", path, layout, [], details)
+
+
+def rewrite_manifest(source: Any, new_root: str, changed: set[str], always: bool = False) -> str | None:
+    """The manifest of a tree migrate staged at ``new_root`` from ``source`` (a read Checkpoint): entries
+    of unchanged files are kept from the source's manifest, changed or unlisted files are hashed.
+    Written when the source had a manifest (or ``always``); returns its path, or ``None``."""
+    from clef_format.read.checkpoint import read_checkpoint
+    from clef_format.read.manifest import read_manifest
+
+    old, _ = read_manifest(source)
+    if old is None and not always:
+        return None
+    new = read_checkpoint(new_root)
+    files = manifest_files(new)
+    digests: dict[str, str] = {}
+    tasks = []
+    for rel, size in files.items():
+        entry = (old or {}).get(rel)
+        if entry is not None and rel not in changed and entry.size == size:
+            digests[rel] = entry.digest
+        else:
+            tasks.append(HashTask(rel, new.path(rel), ALGORITHM, size))
+    for r in hash_many(tasks):
+        if r.digest is None:
+            raise OSError(5, f"cannot hash {r.key} for the manifest: {r.error}")
+        digests[r.key] = r.digest
+    return write_manifest(new_root, build_manifest(digests, {rel: files[rel] for rel in digests}))

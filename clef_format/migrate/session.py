@@ -14,21 +14,24 @@ from typing import Any
 
 from clef_format.errors import CouldNotRun, NonFiniteRows, Refused, UsageError
 from clef_format.migrate.apply import (
+    CleanupIncomplete,
     Lock,
+    SwapFailed,
     Target,
     carried_by_link,
-    check_space,
     make_target,
+    preflight,
     read_journal,
     recover,
     run_plan,
+    survey_source,
 )
 from clef_format.migrate.plan import Plan
 from clef_format.progress import Progress
 from clef_format.read.checkpoint import Checkpoint, read_checkpoint
 from clef_format.read.paths import inside
 from clef_format.report import Report, ReportDraft
-from clef_format.spec.findings import Finding, error, info
+from clef_format.spec.findings import Finding, error, info, warning
 from clef_format.spec.layouts import Layout
 
 
@@ -70,17 +73,23 @@ def _check_output(target: Target, root: str) -> None:
     real_root = os.path.realpath(root)
     if inside(target.path, real_root):
         raise UsageError(f"--output {target.path} is inside the checkpoint", fix="pick a directory outside it")
-    if os.path.lexists(target.path) and read_journal(target) is None:
+    if os.path.lexists(target.path) and read_journal(target) is None and not os.path.isdir(target.ws):
         if not os.path.isdir(target.path) or os.listdir(target.path):
             raise UsageError(f"--output {target.path} exists and is not an empty directory", fix="pick a new or empty directory")
 
 
-def _writable(target: Target) -> None:
-    dirs = [target.parent] + ([target.path] if target.in_place else [])
-    for d in dirs:
-        if not os.access(d, os.W_OK):
-            raise Refused("migrate-refused", f"{d} is read-only; nothing was written",
-                          "use --output DIR on a writable disk" if target.in_place else "pick a writable --output")
+def _refuse_cache(target: Target, ck: Checkpoint, display: str, opts: Options) -> None:
+    """Nothing is ever written under a Hugging Face cache: not the result, not the lock or workspace."""
+    from clef_format.read.hf_cache import cache_area
+
+    if target.in_place and (ck.hf_snapshot or cache_area(target.path)):
+        raise Refused("migrate-refused", f"{display} is a Hugging Face cache snapshot: its files are shared blobs "
+                                         "and are never written", f"clef-format migrate {display} --to {opts.to} --output DIR")
+    for place in (target.path, target.parent):
+        area = cache_area(place)
+        if area:
+            raise Refused("migrate-refused", f"--output {target.path} lies inside a Hugging Face cache ({area}), "
+                                             "which clef-format never writes", "pick an --output outside the cache")
 
 
 def migrate_path(path: str, opts: Options, progress: Progress | None = None) -> Report:
@@ -115,14 +124,23 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
         return report.freeze("migrate")
     try:
         _check_output(target, root)
-        if target.in_place and ck.hf_snapshot:
-            raise Refused("migrate-refused", f"{display} is a Hugging Face cache snapshot: its files are shared blobs "
-                                             "and are never written", f"clef-format migrate {display} --to {opts.to} --output DIR")
+        _refuse_cache(target, ck, display, opts)
+        survey_source(root, target.in_place)
         if opts.dry_run:
             return _dry_run(ck, target, opts, report).freeze("migrate")
-        _writable(target)
+        problems = preflight(target, None, ck.hf_snapshot, check_lock=False)
+        if problems:
+            raise problems[0]
+        cwd = _cwd()
         with Lock(target):
-            note = recover(target, ck, abort=opts.abort)
+            try:
+                note = recover(target, ck, abort=opts.abort)
+            except OSError as exc:
+                report.findings.append(error("migrate-failed", f"finishing the interrupted migration failed: "
+                                                               f"{exc.strerror or exc}",
+                                             fix=f"clef-format migrate {display} --abort (or free the cause above "
+                                                 "and run it again)"))
+                return report.freeze("migrate")
             if note:
                 report.extra["recovered"].append(note)
                 report.findings.append(info("migrate-recovered", note))
@@ -134,9 +152,36 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
                 target = Target(target.path, target.path, True)  # a recovered output: go on from there
             ck = read_checkpoint(target.source)
             _run_steps(ck, target, opts, report, display, progress)
+        _say_cwd(cwd, target, report)
     except Refused as exc:
         report.findings.append(error(exc.code, exc.message, fix=exc.fix))
+    except OSError as exc:  # outside a step's own handling: say what failed and what to run
+        where = f" ({exc.filename})" if exc.filename else ""
+        report.findings.append(error("migrate-failed", f"migrate stopped: {exc.strerror or exc}{where}; any staged work "
+                                                       "is kept in its journal", fix=f"clef-format migrate {display} "
+                                                       f"--to {opts.to} (resumes or rolls back), or --abort"))
     return report.freeze("migrate")
+
+
+def _cwd() -> str | None:
+    try:
+        return os.path.realpath(os.getcwd())
+    except OSError:
+        return None
+
+
+def _say_cwd(cwd: str | None, target: Target, report: ReportDraft) -> None:
+    """``migrate .`` from inside the checkpoint: the shell still sits in the old, deleted tree. Say so,
+    and move this process into the new one."""
+    if cwd is None or not report.extra["steps"] or not inside(cwd, target.path):
+        return
+    try:
+        os.chdir(cwd)
+    except OSError:
+        os.chdir(target.path)
+    report.findings.append(warning("workdir-replaced", f"your working directory was inside {target.path}, which "
+                                                       "was replaced by the new tree: your shell still shows the old, "
+                                                       "deleted folder", fix=f"cd {cwd}"))
 
 
 def _route(ck: Checkpoint, to: str) -> list[Any]:
@@ -170,13 +215,13 @@ def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft)
             _refuse_blocking(ck, plan, report.path, edge)
             by_link = carried_by_link(target, ck.hf_snapshot)
             report.extra["steps"].append({"plan": plan.to_dict(by_link)})
-            parent = target.parent
-            st = os.statvfs(parent if os.path.isdir(parent) else os.path.dirname(parent))
-            free = st.f_bavail * st.f_frsize
-            report.extra["space_free"] = free
-            if plan.space_needed(by_link) > free:
-                report.findings.append(error("migrate-refused", f"not enough free space: {plan.space_needed(by_link):,} "
-                                                                f"bytes needed, {free:,} free on {parent}"))
+            for problem in preflight(target, plan, ck.hf_snapshot, check_lock=True):
+                report.findings.append(error(problem.code, problem.message, fix=problem.fix))
+            try:
+                st = os.statvfs(target.parent)
+                report.extra["space_free"] = st.f_bavail * st.f_frsize
+            except OSError:
+                report.extra["space_free"] = None
         else:
             report.extra["steps"].append({"plan": {"revision": edge.revision, "direction": edge.direction,
                                                    "from": edge.src, "to": edge.dst, "read": {}, "written": {},
@@ -199,7 +244,9 @@ def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraf
         edge = route[0]
         plan = edge.plan(ck)
         _refuse_blocking(ck, plan, display, edge)
-        check_space(plan, target, ck.hf_snapshot)
+        problems = preflight(target, plan, ck.hf_snapshot, check_lock=False)
+        if problems:
+            raise problems[0]
         by_link = carried_by_link(target, ck.hf_snapshot)
         step: dict[str, Any] = {"plan": plan.to_dict(by_link)}
         try:
@@ -207,6 +254,14 @@ def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraf
         except NonFiniteRows as exc:
             report.findings.append(error("table-nonfinite", f"{exc}: quantizing would hide them; nothing was changed",
                                          fix="re-download the backbone; a healthy table has no NaN/Inf rows"))
+            return
+        except CleanupIncomplete as exc:
+            report.findings.append(error("migrate-failed", str(exc.strerror),
+                                         fix=f"clef-format migrate {display} --to {opts.to}"))
+            return
+        except SwapFailed as exc:
+            report.findings.append(error("migrate-failed", f"{plan.revision} {plan.direction}: {exc.strerror}",
+                                         fix="see the message; clef-format migrate --dry-run shows what blocks it"))
             return
         except OSError as exc:
             reason = exc.strerror or str(exc)
@@ -220,6 +275,7 @@ def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraf
         step["quality"] = result.quality
         step["carried_by"] = result.carried_by
         step["seconds"] = result.seconds
+        step["entries"] = result.entries
         report.extra["steps"].append(step)
         target = Target(target.path, target.path, True)
         ck = read_checkpoint(target.path)

@@ -217,12 +217,9 @@ def _write_index(out: IndexFile, src_root: str) -> bytes:
 
 def write_output(out: OutFile, src_root: str, dst_path: str, tick: Tick) -> dict:
     """Write one planned file at ``dst_path`` (created new) and fsync it. Returns quality figures, if any."""
-    mode = 0o644
-    if getattr(out, "mode_from", None):
-        try:
-            mode = os.stat(os.path.join(src_root, *out.mode_from.split("/"))).st_mode & 0o777  # type: ignore[union-attr]
-        except OSError:
-            pass
+    from clef_format.migrate.fsutil import mode_for
+
+    mode = mode_for(os.path.join(src_root, *out.rel.split("/")))
     os.makedirs(os.path.dirname(dst_path), exist_ok=True)
     fd = os.open(dst_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:

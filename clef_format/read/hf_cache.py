@@ -16,7 +16,6 @@ import re
 
 from clef_format.errors import PathNotFound
 
-_SNAPSHOT_RE = re.compile(r"^models--[^/]+$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _SHA1 = re.compile(r"^[0-9a-f]{40}$")
 #: Where ``snapshot_download(local_dir=...)`` keeps its per-file metadata and unfinished downloads.
@@ -76,15 +75,83 @@ def cached_snapshot(repo_id: str, revision: str, cache_dir: str | None = None) -
     return snapshot if os.path.isdir(snapshot) else None
 
 
+_REPO_DIR_RE = re.compile(r"^(models|datasets|spaces)--.+$")
+_CACHE_PARTS = ("snapshots", "blobs", "refs")
+
+
+def _resolved(path: str) -> str:
+    """Where ``path`` really is: symlinks followed, for a path that may not exist yet (its nearest
+    existing parent is resolved, the rest appended)."""
+    path = os.path.abspath(path)
+    rest: list[str] = []
+    while not os.path.lexists(path):
+        head, tail = os.path.split(path)
+        if head == path:
+            break
+        rest.insert(0, tail)
+        path = head
+    return os.path.join(os.path.realpath(path), *rest)
+
+
+def cache_roots() -> list[str]:
+    """The Hugging Face hub cache folders configured here (env vars as huggingface_hub reads them),
+    resolved; read without importing huggingface_hub."""
+    env = os.environ
+    home = env.get("HF_HOME") or os.path.join(env.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface")
+    roots = [env.get("HF_HUB_CACHE"), env.get("HUGGINGFACE_HUB_CACHE"), os.path.join(home, "hub")]
+    return sorted({os.path.realpath(r) for r in roots if r})
+
+
+def _is_repo_dir(path: str) -> bool:
+    return bool(_REPO_DIR_RE.match(os.path.basename(path))) and any(
+        os.path.isdir(os.path.join(path, part)) for part in _CACHE_PARTS)
+
+
+def cache_area(path: str) -> str | None:
+    """The part of a Hugging Face cache that ``path`` lies in, or ``None``: the one boundary.
+
+    Decided on resolved paths: ``path`` as given and where it resolves (symlinks followed), and
+    every parent of each. Returns ``"snapshot"``, ``"blobs"``, ``"refs"``, ``"repo"`` (a
+    ``models--ORG--NAME`` folder itself or another entry in it) or ``"cache"`` (the cache root or
+    anything else under it). Nothing in that area may ever be written.
+    """
+    from clef_format.read.paths import inside
+
+    roots = cache_roots()
+    for candidate in dict.fromkeys((os.path.normpath(os.path.abspath(path)), _resolved(path))):
+        probe = candidate
+        below: list[str] = []
+        while True:
+            if _is_repo_dir(probe):
+                if not below:
+                    return "repo"
+                return {"snapshots": "snapshot", "blobs": "blobs", "refs": "refs"}.get(below[0], "repo")
+            head, tail = os.path.split(probe)
+            if head == probe:
+                break
+            below.insert(0, tail)
+            probe = head
+        if any(inside(candidate, r) for r in roots):
+            return "cache"
+    return None
+
+
+def in_hf_cache(path: str) -> bool:
+    """Whether ``path`` (or where it resolves, or any parent) is inside a Hugging Face cache."""
+    return cache_area(path) is not None
+
+
 def is_hf_snapshot(root: str) -> bool:
-    """A folder ``.../models--ORG--NAME/snapshots/<revision>`` of a Hugging Face cache."""
-    parent = os.path.dirname(os.path.abspath(root))
-    return os.path.basename(parent) == "snapshots" and bool(_SNAPSHOT_RE.match(os.path.basename(os.path.dirname(parent))))
+    """A folder ``.../models--ORG--NAME/snapshots/<revision>`` of a Hugging Face cache, decided where
+    ``root`` resolves: a symlink to a snapshot is the snapshot it is."""
+    real = os.path.realpath(root)
+    parent = os.path.dirname(real)
+    return os.path.basename(parent) == "snapshots" and _is_repo_dir(os.path.dirname(parent))
 
 
 def blobs_dir(root: str) -> str:
-    """The ``blobs/`` folder of the repository a snapshot belongs to."""
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(root))), "blobs")
+    """The ``blobs/`` folder of the repository a snapshot belongs to (``root`` resolved)."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(root))), "blobs")
 
 
 def etag_digest(etag: str) -> tuple[str, str] | None:

@@ -72,6 +72,7 @@ CODES: dict[str, str] = {
     "interrupted": "the command was interrupted (SIGINT); exit 2",
     # added later (kept at the end: codes are never reordered or renamed)
     "table-value-range": "an int8 table holds -128, outside the format's [-127, 127] (a corrupted file)",
+    "workdir-replaced": "migrate replaced the folder the shell was in: cd into it again to see the new files",
 }
 
 #: Codes that mean the command could not run: the CLI exits 2 when a report holds one of them.
