@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from importlib import import_module
 
 from clef_format.errors import CouldNotRun, UsageError
@@ -90,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = first if first in COMMANDS else None
     as_json = "--json" in args_in
     path = _path_arg(args_in, command)
+    sigint = signal.getsignal(signal.SIGINT)
     try:
         parser = build_parser(only=command)
         args = parser.parse_args(args_in)
@@ -109,10 +112,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
+    finally:  # printing the outcome ignores Ctrl-C (one outcome only); a caller in-process gets it back
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, sigint)
 
 
 def _could_not_run(command: str | None, path: str | None, exc: CouldNotRun, as_json: bool) -> int:
-    from clef_format.cli.output import could_not_run_report, emit_json
+    from clef_format.cli.output import could_not_run_report, emit_json, stop_interrupts
+
+    stop_interrupts()
 
     if command == "migrate" and exc.code == "interrupted":
         exc.fix = f"clef-format migrate {path} resumes the interrupted run; add --abort to roll it back instead"

@@ -23,8 +23,18 @@ def exit_status(report: Report) -> int:
     return EXIT_OK if report.ok else EXIT_FINDINGS
 
 
+def stop_interrupts() -> None:
+    """From here on the command only prints its outcome: a Ctrl-C now must not add a second one."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def finish(report: Report, as_json: bool, human: Callable[[Report], str]) -> int:
     """Print the report (one JSON object, or ``human(report)`` as text) and return the exit status."""
+    stop_interrupts()
     if as_json:
         emit_json(report.to_dict())
     else:

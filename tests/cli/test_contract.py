@@ -146,12 +146,18 @@ def cases(built: Callable[..., Path]) -> dict[tuple[str, str], Setup]:
     return c
 
 
+def _default_sigint() -> None:
+    """A command starts as from a shell: Ctrl-C raises (a test runner may have it ignored, and it is inherited)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _run(argv: list[str], env: dict[str, str], interrupt: bool) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, **env}
     if not interrupt or "CLEF_FORMAT_CRASH_AT" in env:
-        return subprocess.run([*UNPRIVILEGED, *CLI, *argv], capture_output=True, text=True, env=full_env, timeout=600)
+        return subprocess.run([*UNPRIVILEGED, *CLI, *argv], capture_output=True, text=True, env=full_env, timeout=600,
+                              preexec_fn=_default_sigint)
     proc = subprocess.Popen([*UNPRIVILEGED, *CLI, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=full_env)
+                            env=full_env, preexec_fn=_default_sigint)
     time.sleep(2.0)  # well inside hashing 10.7 GB; the assertion below fails loudly if the run already ended
     assert proc.poll() is None, "the command finished before it could be interrupted"
     proc.send_signal(signal.SIGINT)

@@ -1,0 +1,200 @@
+"""Mutation regression suite: realistic one-line bugs that the test suite must kill, kept as patches.
+
+Each mutant is a (file, original text, mutated text) triple and the tests that must catch it. The
+test copies the source tree to a temporary folder, applies the one patch there, runs only those
+tests against the copy (``PYTHONPATH`` puts the copy first) and fails if they still pass: a test
+that passes on the bug is not a test yet. A patch whose original text is gone fails too, so a
+refactor that moves a rule forces the mutant to move with it.
+
+The mutants are the bug classes that matter for this project (docs/TESTING.md): containment by
+string prefix, rounding half up, a digest compared by prefix, odd-bit dtype sizes, a flipped vLLM
+version-table row, search instead of match, an exit status off by one class, a lost fsync, ...
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Mutant(NamedTuple):
+    name: str
+    file: str
+    original: str
+    mutated: str
+    tests: tuple[str, ...]
+
+
+MUTANTS = [
+    # --- path containment (read/paths.py): one rule for every "is this inside the checkpoint"
+    Mutant("containment-by-string-prefix", "clef_format/read/paths.py",
+           "return path == base or path.startswith(base.rstrip(os.sep) + os.sep)",
+           "return path == base or path.startswith(base.rstrip(os.sep))",
+           ("tests/read/test_paths.py",)),
+    Mutant("containment-always-inside", "clef_format/read/paths.py",
+           "return path == base or path.startswith(base.rstrip(os.sep) + os.sep)", "return True",
+           ("tests/read/test_paths.py",)),
+    Mutant("member-allows-dotdot", "clef_format/read/paths.py",
+           'if norm.startswith("../") or norm == ".." or "/../" in f"/{rel}/":', "if False:",
+           ("tests/read/test_paths.py",)),
+    # --- the safetensors header reader (read/safetensors.py): the Rust reader's rules
+    Mutant("odd-bit-sizes-accepted", "clef_format/read/safetensors.py",
+           "if total_bits > _U64_MAX or total_bits % 8:", "if total_bits > _U64_MAX:",
+           ("tests/read/test_paths.py", "tests/read/test_safetensors.py")),
+    Mutant("byte-count-unchecked", "clef_format/read/safetensors.py",
+           "if end - begin != total_bits // 8:", "if False:",
+           ("tests/read/test_safetensors.py",)),
+    Mutant("header-limit-off", "clef_format/read/safetensors.py",
+           "if n > MAX_HEADER_SIZE:", "if n > MAX_HEADER_SIZE * 1000:",
+           ("tests/read/test_safetensors.py", "tests/scenarios/test_hostile.py")),
+    Mutant("nbytes-rounds-down", "clef_format/read/safetensors.py",
+           'raise ValueError(f"{dtype}{list(shape)} is {bits} bits, not a whole number of bytes")', "pass",
+           ("tests/read/test_paths.py",)),
+    # --- the int8 quantizer (quant/int8_numpy.py): bit-identical to torch, round half to even
+    Mutant("round-half-up", "clef_format/quant/int8_numpy.py",
+           "np.rint(d, out=d)  # round half to even, as torch.round", "np.floor(d + 0.5, out=d)",
+           ("tests/quant/test_int8_numpy.py",)),
+    # --- deep verification: a digest is equal or it is not
+    Mutant("digest-prefix-compare", "clef_format/verify/deep.py",
+           "elif digest != ref.digest:", "elif digest[:16] != ref.digest[:16]:",
+           ("tests/verify/test_deep.py",)),
+    # --- the CLI contract
+    Mutant("could-not-run-exits-1", "clef_format/cli/output.py",
+           "        return EXIT_COULD_NOT_RUN\n    return EXIT_OK if report.ok else EXIT_FINDINGS",
+           "        return EXIT_FINDINGS\n    return EXIT_OK if report.ok else EXIT_FINDINGS",
+           ("tests/cli/test_cli.py", "tests/read/test_hf_cache.py")),
+    Mutant("errors-exit-0", "clef_format/cli/output.py",
+           "return EXIT_OK if report.ok else EXIT_FINDINGS", "return EXIT_OK",
+           ("tests/cli/test_cli.py",)),
+    Mutant("warnings-are-errors", "clef_format/report.py",
+           '        return not any(f.severity == "error" for f in self.findings)\n\n    @property\n    def could_not_run',
+           '        return not any(f.severity != "info" for f in self.findings)\n\n    @property\n    def could_not_run',
+           ("tests/cli/test_cli.py", "tests/spec/test_layouts.py")),
+    # --- the plugin/layout rule (spec/compat.py) and the marker
+    Mutant("layout-1-served-by-any-plugin", "clef_format/spec/compat.py",
+           "    if layout is Layout.LAYOUT_1:\n        if own is not Layout.LAYOUT_1:",
+           "    if layout is Layout.LAYOUT_1:\n        if False:",
+           ("tests/spec/test_compat.py", "tests/hooks/test_gate.py")),
+    Mutant("layout-2-served-by-0.1", "clef_format/spec/compat.py",
+           "    if own is not Layout.LAYOUT_2:\n        raise IncompatibleError(",
+           "    if False:\n        raise IncompatibleError(",
+           ("tests/spec/test_compat.py", "tests/hooks/test_gate.py")),
+    Mutant("marker-may-admit-0.1", "clef_format/spec/compat.py",
+           "    if low < LAYOUT_2_FLOOR:", "    if False:", ("tests/spec/test_compat.py",)),
+    # --- the one table rule (spec/tables_format.py)
+    Mutant("huge-scale-accepted", "clef_format/spec/tables_format.py",
+           "        elif bits > _SCALE_MAX_BITS:", "        elif False:", ("tests/spec/test_table_rule.py",)),
+    Mutant("int8-minus-128-accepted", "clef_format/spec/tables_format.py",
+           '    count = data.count(b"\x80")', "    count = 0", ("tests/spec/test_table_rule.py",)),
+    Mutant("negative-scale-accepted", "clef_format/spec/tables_format.py",
+           '        elif bits & 0x80000000:\n            out.add("negative", i)',
+           '        elif False:\n            out.add("negative", i)', ("tests/spec/test_table_rule.py",)),
+    # --- vLLM rules: re: patterns are start-anchored (re.match), and the version table
+    Mutant("regex-search-not-match", "clef_format/vllm_rules/matching.py",
+           "        return _compile(target[3:]).match(value) is not None",
+           "        return _compile(target[3:]).search(value) is not None",
+           ("tests/vllm_rules/test_matching.py", "tests/verify/test_patterns.py")),
+    Mutant("version-row-fused-ignore-moved", "clef_format/vllm_rules/names.py",
+           '"fused_name_ignore", (0, 30),', '"fused_name_ignore", (0, 34),',
+           ("tests/vllm_rules/test_matching.py",)),
+    Mutant("bare-version-is-exact", "clef_format/spec/marker.py",
+           'spec = SpecifierSet(f">={Version(text)}")', 'spec = SpecifierSet(f"=={Version(text)}")',
+           ("tests/spec/test_marker.py",)),
+    Mutant("prereleases-never-admitted", "clef_format/spec/marker.py",
+           "return spec.contains(version, prereleases=True)", "return spec.contains(version, prereleases=False)",
+           ("tests/spec/test_marker.py", "tests/hooks/test_gate.py")),
+    # --- layout detection: a marker means layout 2
+    Mutant("unmarked-detected-as-layout-2", "clef_format/spec/layouts.py",
+           "        if facts.has_tables_file:\n            return Layout.LAYOUT_2_UNMARKED",
+           "        if facts.has_tables_file:\n            return Layout.LAYOUT_2",
+           ("tests/spec/test_layouts.py",)),
+    # --- verify's exactness (verify/checks/backbone.py, spec/joint_head.py)
+    Mutant("plain-dtype-unchecked", "clef_format/verify/checks/backbone.py",
+           "        if info.shape != shape or info.dtype != dtype:\n            yield error(\"tensor-shape\"",
+           "        if info.shape != shape:\n            yield error(\"tensor-shape\"",
+           ("tests/verify/test_exactness.py",)),
+    Mutant("head-sibling-missing-ignored", "clef_format/spec/joint_head.py",
+           "                out += [HeadProblem(\"missing\", f\"{stack}.{i}.{rel}\"",
+           "                out += [] and [HeadProblem(\"missing\", f\"{stack}.{i}.{rel}\"",
+           ("tests/verify/test_exactness.py",)),
+    # --- the reader: escapes, pickles, unreadable files
+    Mutant("symlink-escape-not-seen", "clef_format/read/checkpoint.py",
+           "return None if any(inside(target, a) for a in allowed) else target", "return None",
+           ("tests/read/test_paths.py",)),
+    Mutant("pickle-files-ignored", "clef_format/read/checkpoint.py",
+           "            if name.endswith(PICKLE_SUFFIXES):", "            if False:",
+           ("tests/scenarios/test_broken.py",)),
+    Mutant("unreadable-json-is-bad-config", "clef_format/read/checkpoint.py",
+           '    except OSError as exc:\n        _unreadable(ck, rel, "cannot be read", exc)\n        return None\n    try:',
+           '    except OSError as exc:\n        return None\n    try:',
+           ("tests/cli/test_contract.py::test_contract[verify-unreadable-file-json]",)),
+    # --- the serving hooks: a parameter loading did not write is an error
+    Mutant("completeness-never-raises", "clef_format/vllm/completeness.py",
+           "        missing = self.unwritten()\n        if not missing:\n            return",
+           "        missing = self.unwritten()\n        if True:\n            return",
+           ("tests/hooks/test_hooks.py",)),
+    Mutant("int8-sentinel-wrong", "clef_format/vllm/completeness.py",
+           "_BYTE_SENTINEL = {torch.uint8: 0xFF, torch.int8: 0x80}", "_BYTE_SENTINEL = {torch.uint8: 0xFF, torch.int8: 0x00}",
+           ("tests/hooks/test_hooks.py",)),
+    # --- the Hugging Face cache: a revision is never a path
+    Mutant("revision-may-be-a-path", "clef_format/read/hf_cache.py",
+           'if not revision or revision.startswith("/") or any(p in ("", ".", "..") for p in parts):',
+           "if not revision:", ("tests/read/test_hf_cache.py",)),
+    # --- the migration chain
+    Mutant("revision-map-allows-duplicates", "migrations/__init__.py",
+           "        if step.revision in by_id:\n            raise RevisionMapError",
+           "        if False:\n            raise RevisionMapError",
+           ("tests/migrate/test_revisions.py",)),
+    Mutant("revision-map-allows-cycles", "migrations/__init__.py",
+           "            if here.revision in seen:\n                raise RevisionMapError",
+           "            if len(seen) > 10_000:\n                raise RevisionMapError",
+           ("tests/migrate/test_revisions.py",)),
+]
+
+
+def _tree(tmp: Path) -> Path:
+    """A copy of the sources and tests (symlinks kept: clef_format/migrations -> ../migrations)."""
+    dst = tmp / "tree"
+    ignore = shutil.ignore_patterns(".venv", ".git", "__pycache__", "build", ".bench", "*.egg-info", ".hypothesis")
+    for name in ("clef_format", "migrations", "fixtures", "tests", "pyproject.toml", "README.md"):
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dst / name, symlinks=True, ignore=ignore)
+        else:
+            dst.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst / name)
+    return dst
+
+
+def _run(tree: Path, tests: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           *tests], cwd=tree, env=env, capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
+def test_mutant_is_killed(mutant: Mutant, tmp_path: Path) -> None:
+    tree = _tree(tmp_path)
+    target = tree / mutant.file
+    text = target.read_text()
+    assert text.count(mutant.original) == 1, f"{mutant.name}: the original text is no longer in {mutant.file} once"
+    target.write_text(text.replace(mutant.original, mutant.mutated))
+    proc = _run(tree, mutant.tests)
+    assert proc.returncode != 0, f"{mutant.name} survived {mutant.tests}:\n{proc.stdout[-1500:]}"
+    assert "error" not in proc.stdout.splitlines()[-1].lower() or "failed" in proc.stdout, (
+        f"{mutant.name}: the tests did not run (collection error), so the kill proves nothing:\n{proc.stdout[-1500:]}")
+
+
+def test_the_unmutated_tree_passes_the_same_tests(tmp_path: Path) -> None:
+    """The control: every test file the mutants use passes on the copy as it is."""
+    files = tuple(sorted({t for m in MUTANTS for t in m.tests}))
+    proc = _run(_tree(tmp_path), files)
+    assert proc.returncode == 0, proc.stdout[-3000:]
