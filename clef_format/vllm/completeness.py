@@ -22,8 +22,9 @@ from typing import Callable, Iterable, Iterator, Optional
 import torch
 
 #: Parameters a checkpoint may legitimately lack: vLLM's KV-cache and activation scales keep
-#: their constructed defaults when absent.
-DEFAULT_EXEMPT = re.compile(r"(^|\.)(k_scale|v_scale|q_scale|prob_scale)$")
+#: their constructed defaults when absent, and so do the KV-cache zero points that vLLM's
+#: compressed-tensors attention layers create as placeholders (unused: symmetric only).
+DEFAULT_EXEMPT = re.compile(r"(^|\.)(k_scale|v_scale|q_scale|prob_scale|k_zero_point|v_zero_point|q_zero_point)$")
 
 _FLOAT = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _BYTE_SENTINEL = {torch.uint8: 0xFF, torch.int8: 0x80}  # uint8: two FP4 -6.0; int8: -128
