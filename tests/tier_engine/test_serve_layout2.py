@@ -11,7 +11,6 @@ import torch
 
 import checkpoints as C
 import compare
-
 from engines import NEW, PROMPTS, Served, serve
 from reference import Reference, reference
 
