@@ -1,5 +1,5 @@
 # The two commands of the README. Each sets up what it needs (idempotent), then runs.
-.PHONY: setup example test test-main test-vllm test-vllm-028 test-vllm-033 test-engine bench-verify
+.PHONY: setup example test test-main test-vllm test-vllm-028 test-vllm-033 test-engine test-mutants bench-verify
 
 VENV := .venv
 EXAMPLE_DIR ?= build/example
@@ -21,7 +21,7 @@ example: setup
 test: test-main test-vllm test-engine
 
 test-main: setup
-	$(VENV)/bin/python -m pytest -q -n 2 -p no:cacheprovider tests --ignore=tests/tier_vllm --ignore=tests/tier_engine
+	$(VENV)/bin/python -m pytest -q -n 2 -p no:cacheprovider -m "not mutants" tests --ignore=tests/tier_vllm --ignore=tests/tier_engine
 
 test-vllm: test-vllm-028 test-vllm-033
 
@@ -36,3 +36,7 @@ bench-verify: setup
 
 test-engine: setup
 	bash scripts/test-engine.sh
+
+# The mutation regression suite: each kept mutant applied to a copy of the tree must fail its tests.
+test-mutants: setup
+	$(VENV)/bin/python -m pytest -q -n 2 -rf -p no:cacheprovider -m mutants tests/scenarios/test_mutants.py

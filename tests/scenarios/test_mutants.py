@@ -24,6 +24,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
+#: Run by ``make test-mutants`` (about 13 minutes on 2 cores), not yet by ``make test``: see docs/TESTING.md.
+pytestmark = pytest.mark.mutants
+
 
 class Mutant(NamedTuple):
     name: str
@@ -31,6 +34,7 @@ class Mutant(NamedTuple):
     original: str
     mutated: str
     tests: tuple[str, ...]
+    everywhere: bool = False  # the same line in several places (one rule, two code paths): mutate all
 
 
 MUTANTS = [
@@ -61,7 +65,7 @@ MUTANTS = [
     # --- the int8 quantizer (quant/int8_numpy.py): bit-identical to torch, round half to even
     Mutant("round-half-up", "clef_format/quant/int8_numpy.py",
            "np.rint(d, out=d)  # round half to even, as torch.round", "np.floor(d + 0.5, out=d)",
-           ("tests/quant/test_int8_numpy.py",)),
+           ("tests/quant/test_int8_numpy.py",), everywhere=True),
     # --- deep verification: a digest is equal or it is not
     Mutant("digest-prefix-compare", "clef_format/verify/deep.py",
            "elif digest != ref.digest:", "elif digest[:16] != ref.digest[:16]:",
@@ -93,7 +97,7 @@ MUTANTS = [
     Mutant("huge-scale-accepted", "clef_format/spec/tables_format.py",
            "        elif bits > _SCALE_MAX_BITS:", "        elif False:", ("tests/spec/test_table_rule.py",)),
     Mutant("int8-minus-128-accepted", "clef_format/spec/tables_format.py",
-           '    count = data.count(b"\x80")', "    count = 0", ("tests/spec/test_table_rule.py",)),
+           '    count = data.count(b"\\x80")', "    count = 0", ("tests/spec/test_table_rule.py",)),
     Mutant("negative-scale-accepted", "clef_format/spec/tables_format.py",
            '        elif bits & 0x80000000:\n            out.add("negative", i)',
            '        elif False:\n            out.add("negative", i)', ("tests/spec/test_table_rule.py",)),
@@ -185,7 +189,8 @@ def test_mutant_is_killed(mutant: Mutant, tmp_path: Path) -> None:
     tree = _tree(tmp_path)
     target = tree / mutant.file
     text = target.read_text()
-    assert text.count(mutant.original) == 1, f"{mutant.name}: the original text is no longer in {mutant.file} once"
+    found = text.count(mutant.original)
+    assert found == 1 or (mutant.everywhere and found > 1), f"{mutant.name}: {found} copies of the original in {mutant.file}"
     target.write_text(text.replace(mutant.original, mutant.mutated))
     proc = _run(tree, mutant.tests)
     assert proc.returncode != 0, f"{mutant.name} survived {mutant.tests}:\n{proc.stdout[-1500:]}"
