@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from clef_format.errors import NonFiniteRows
+from clef_format.quant.int8_numpy import QualityMeter as _NumpyMeter
 from clef_format.spec.tables_format import QMAX
 
 
@@ -72,13 +73,5 @@ class QualityMeter:
             self.row_rel_max = max(self.row_rel_max, math.sqrt(float((dd / xx).max())))
             self._nonzero_rows += int(nonzero.sum())
 
-    def figures(self) -> dict[str, float]:
-        rel = math.sqrt(self.err_sq / self.ref_sq) if self.ref_sq > 0 else 0.0
-        mean_cos = self.cos_sum / self._nonzero_rows if self._nonzero_rows else 1.0
-        return {
-            "rel_error": round(rel, 6),
-            "mean_row_cosine": round(mean_cos, 7),
-            "min_row_cosine": round(self.cos_min, 7),
-            "max_row_rel_error": round(self.row_rel_max, 6),
-            "rows": self.rows,
-        }
+    #: The figures are computed once, by the numpy meter migrate uses (same accumulator fields).
+    figures = _NumpyMeter.figures
