@@ -13,7 +13,6 @@ import argparse
 import os
 import signal
 import sys
-import threading
 from importlib import import_module
 
 from clef_format.errors import CouldNotRun, UsageError
@@ -113,8 +112,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
     finally:  # printing the outcome ignores Ctrl-C (one outcome only); a caller in-process gets it back
-        if threading.current_thread() is threading.main_thread():
+        try:
             signal.signal(signal.SIGINT, sigint)
+        except ValueError:  # called from another thread: only the main thread has handlers to restore
+            pass
 
 
 def _could_not_run(command: str | None, path: str | None, exc: CouldNotRun, as_json: bool) -> int:

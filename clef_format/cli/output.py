@@ -26,10 +26,11 @@ def exit_status(report: Report) -> int:
 def stop_interrupts() -> None:
     """From here on the command only prints its outcome: a Ctrl-C now must not add a second one."""
     import signal
-    import threading
 
-    if threading.current_thread() is threading.main_thread():
+    try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # called from another thread: handlers belong to the main thread
+        pass
 
 
 def finish(report: Report, as_json: bool, human: Callable[[Report], str]) -> int:

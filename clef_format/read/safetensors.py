@@ -152,12 +152,15 @@ def parse_header(raw: bytes, file_size: int) -> Header:
         # Hot loop (thousands of entries per 9B shard): inline checks, no helper calls.
         if type(entry) is not tuple:
             raise HeaderError("bad-entry", f"entry {name!r} is not an object")
-        fields = dict(entry)
-        if len(fields) != len(entry):
-            _pairs_to_dict(entry, f"entry {name!r}")
-        dtype = fields.get("dtype")
-        shape = fields.get("shape")
-        offsets = fields.get("data_offsets")
+        if len(entry) == 3 and entry[0][0] == "dtype" and entry[1][0] == "shape" and entry[2][0] == "data_offsets":
+            (_, dtype), (_, shape), (_, offsets) = entry  # the order every safetensors writer uses
+        else:
+            fields = dict(entry)
+            if len(fields) != len(entry):
+                _pairs_to_dict(entry, f"entry {name!r}")
+            dtype = fields.get("dtype")
+            shape = fields.get("shape")
+            offsets = fields.get("data_offsets")
         if type(dtype) is not str or dtype not in bits_of:
             raise HeaderError("bad-dtype", f"tensor {name!r} has unknown dtype {dtype!r}")
         if type(shape) is not list:

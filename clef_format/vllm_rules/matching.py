@@ -116,6 +116,7 @@ class QuantConfig(Record):
     format: str | None
     hf_targets: dict[str, Entry]  # compressed-tensors' target_to_scheme (every group)
     version: str = DEFAULT_VLLM  # the vLLM version whose rules parsed it
+    entries: tuple[Entry, ...] = ()  # every (group, target) pair, those a later group overwrote too
 
 
 class Decision(Record):
@@ -251,6 +252,7 @@ def parse_quant_config(qc: Any, version: str = DEFAULT_VLLM) -> QuantConfig:
         raise QuantConfigError("sparsity_config with targets: vLLM removed sparsity support")
     targets: dict[str, Entry] = {}
     hf_targets: dict[str, Entry] = {}
+    entries: list[Entry] = []
     for gname, group in groups.items():
         where = f"config_groups.{gname}"
         if not isinstance(group, dict):
@@ -277,13 +279,14 @@ def parse_quant_config(qc: Any, version: str = DEFAULT_VLLM) -> QuantConfig:
         for t in tlist:
             _check_regex(t, where)
             entry = Entry(t, str(gname), weights, inp, out, gfmt)
+            entries.append(entry)
             hf_targets[t] = entry
             # vLLM drops a group whose only target is an attention class (KV-cache quant).
             if not (len(tlist) == 1 and tlist[0].endswith("Attention")):
                 targets[t] = entry
     for i in ignore:
         _check_regex(i, "ignore")
-    return QuantConfig(targets, tuple(ignore), fmt, hf_targets, version)
+    return QuantConfig(targets, tuple(ignore), fmt, hf_targets, version, tuple(entries))
 
 
 def _check_regex(pattern: str, where: str) -> None:
@@ -475,6 +478,28 @@ def vllm_view(qc: QuantConfig, model: VllmModel) -> VllmQuant:
     return VllmQuant(targets, tuple(ignore), qc.format, mapped_from)
 
 
+def rules_in_play(qc: QuantConfig, vq: VllmQuant, model: VllmModel) -> frozenset[str]:
+    """The VERSION_TABLE rows whose condition some group or ignore entry of ``qc`` meets.
+
+    Each row changes a decision only under the condition tested where the row is read (in
+    ``parse_quant_config``, ``should_ignore`` and ``classify``); a version that differs from another
+    only in rows outside this set resolves every layer identically, so verify checks it once.
+    """
+    rows: set[str] = set()
+    entries = qc.entries  # every group: parsing refuses an overwritten group's actorder as well
+    if any(e.weights.actorder is not None and _ACTORDER[e.weights.actorder] == "group" for e in entries):
+        rows.add("actorder_group_refused")
+    if any(_is_mxfp4(e.weights) for e in entries):
+        rows.add("mxfp4_w4a8_fp8")
+    if any(e.input is not None and e.weights.num_bits == 4 and e.input.num_bits == 8 for e in entries):
+        rows.add("w4a8_int_needs_int")
+    # should_ignore differs only for a fused layer a pattern matches by name but that is not listed verbatim
+    if any(layer.fused and layer.name not in vq.ignore and any(equal_or_regex(layer.name, i) for i in vq.ignore)
+           for layer in model.layers):
+        rows.add("fused_name_ignore")
+    return frozenset(rows)
+
+
 def resolve_layer(layer: VllmLayer, vq: VllmQuant, model: VllmModel) -> Decision:
     """The scheme vLLM builds for ``layer`` (``get_quant_method`` for a Linear / ParallelLMHead)."""
     try:
@@ -560,11 +585,20 @@ class _HfResolver:
         return HfDecision(name, self._scheme(target, name), target, qc.hf_targets[target].group)
 
 
-def resolve_hf(cfg: ModelConfig, qc: QuantConfig) -> dict[str, HfDecision]:
-    """Per HF linear module (and ``lm_head``), what the quantizer saw and applied."""
+#: The last resolve_hf call (config, quant config, result): verify's backbone and pattern checks ask
+#: for the same decisions, and on a 9B config they are a tenth of verify's time.
+_LAST_HF: list[tuple[ModelConfig, QuantConfig, Mapping[str, HfDecision]]] = []
+
+
+def resolve_hf(cfg: ModelConfig, qc: QuantConfig) -> Mapping[str, HfDecision]:
+    """Per HF linear module (and ``lm_head``), what the quantizer saw and applied (read-only)."""
+    if _LAST_HF and _LAST_HF[0][0] is cfg and _LAST_HF[0][1] == qc:
+        return _LAST_HF[0][2]
     specs = [*linear_modules(cfg), vllm_names.lm_head_spec(cfg)]
     resolver = _HfResolver(qc)
-    return {s.name: resolver(s.name) for s in specs}
+    out = {s.name: resolver(s.name) for s in specs}
+    _LAST_HF[:] = [(cfg, qc, out)]
+    return out
 
 
 # ----------------------------------------------------------------------------- stored tensors

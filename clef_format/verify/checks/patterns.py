@@ -170,11 +170,12 @@ def check_patterns(ck: Any) -> list[Finding]:
 def pattern_findings(model_cfg: ModelConfig, backbone: dict[str, Any], version: str = vllm_names.DEFAULT_VLLM,
                      other_versions: Iterable[str] = vllm_names.PROVEN) -> list[Finding]:
     """Findings for vLLM ``version``, plus what differs on each of ``other_versions``."""
-    findings = _version_findings(model_cfg, backbone, version)
+    findings, in_play = _version_findings(model_cfg, backbone, version)
     for other in other_versions:
         rows = vllm_names.differing_rules(version, other)
-        if rows:
-            findings = _compare(findings, _version_findings(model_cfg, backbone, other), model_cfg, version, other, rows)
+        if rows and (in_play is None or any(r.name in in_play for r in rows)):
+            theirs, _ = _version_findings(model_cfg, backbone, other)
+            findings = _compare(findings, theirs, model_cfg, version, other, rows)
     return findings
 
 
@@ -219,7 +220,9 @@ def _why(model_cfg: ModelConfig, other: str, rows: list[vllm_names.VersionRule])
     return "; ".join(parts) or "; ".join(f"{r.name} (from {r.since[0]}.{r.since[1]})" for r in rows)
 
 
-def _version_findings(model_cfg: ModelConfig, backbone: dict[str, Any], version: str) -> list[Finding]:
+def _version_findings(model_cfg: ModelConfig, backbone: dict[str, Any],
+                      version: str) -> tuple[list[Finding], frozenset[str] | None]:
+    """The findings on vLLM ``version`` and the version-table rows in play (None: the config did not parse)."""
     model = vllm_names.build(model_cfg, version)
     specs = [*linear_modules(model_cfg), vllm_names.lm_head_spec(model_cfg)]
     stored = R.stored_schemes(backbone, specs)
@@ -228,13 +231,15 @@ def _version_findings(model_cfg: ModelConfig, backbone: dict[str, Any], version:
         qc = None
         decisions = [R.Decision(l.name, schemes.UNQUANTIZED) for l in model.layers]
         hf: dict[str, R.HfDecision] = {}
+        in_play: frozenset[str] | None = frozenset()
     else:
         try:
             qc = R.parse_quant_config(raw, version)
         except R.QuantConfigError as e:
             return [Finding("quant-config-invalid", "error", f"vLLM refuses quantization_config: {e}", file=CONFIG_FILE,
-                            fix="fix quantization_config so compressed-tensors' QuantizationConfig accepts it")]
+                            fix="fix quantization_config so compressed-tensors' QuantizationConfig accepts it")], None
         vq = R.vllm_view(qc, model)
+        in_play = R.rules_in_play(qc, vq, model)
         decisions = [R.resolve_layer(l, vq, model) for l in model.layers]
         hf = R.resolve_hf(model_cfg, qc)
     issues: list[_Issue] = []
@@ -243,7 +248,7 @@ def _version_findings(model_cfg: ModelConfig, backbone: dict[str, Any], version:
         findings += _target_findings(model_cfg, model, qc, vq)
     for layer, d in zip(model.layers, decisions):
         issues += _layer_issues(layer, d, hf, stored)
-    return findings + _fold(issues)
+    return findings + _fold(issues), in_play
 
 
 def _target_findings(model_cfg: ModelConfig, model: VllmModel, qc: R.QuantConfig, vq: R.VllmQuant) -> list[Finding]:
