@@ -305,6 +305,7 @@ def _exchange(target: Target) -> None:
             os.rmdir(target.path)  # refused earlier unless empty
         else:
             os.rename(target.path, target.old)
+            fsutil.fsync_dir(target.ws)  # the old tree is safe in the workspace before the new one takes its name
             crashpoint("swap")
     os.rename(target.new, target.path)
 
@@ -334,6 +335,7 @@ def _swap(target: Target, journal: dict[str, Any]) -> None:
                                     "and the new files were removed") from None
     try:
         fsutil.fsync_dir(target.parent)
+        fsutil.fsync_dir(target.ws)  # an exchange renamed in both directories: both durable before the journal
         crashpoint("swap")
         journal["phase"] = "swapped"
         write_journal(target, journal)

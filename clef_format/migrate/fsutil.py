@@ -69,6 +69,7 @@ def reflink(src: str, dst: str) -> bool:
     try:
         with open(src, "rb") as s, open(dst, "wb") as d:
             fcntl.ioctl(d.fileno(), FICLONE, s.fileno())
+            os.fsync(d.fileno())  # the clone's extent map is metadata: durable only once fsynced
         return True
     except OSError:
         try:

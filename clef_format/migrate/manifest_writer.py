@@ -26,7 +26,7 @@ def write_manifest(root: str, manifest: dict[str, Any]) -> str:
     """Write atomically (temp file, fsync, rename) so a crash never leaves half a manifest."""
     if in_hf_cache(root):
         raise Refused("manifest-refused", f"{root} is inside a Hugging Face cache, which clef-format never writes to")
-    from clef_format.migrate.fsutil import mode_for
+    from clef_format.migrate.fsutil import fsync_dir, mode_for
 
     target = os.path.join(root, MANIFEST_NAME)
     mode = mode_for(target)
@@ -43,6 +43,7 @@ def write_manifest(root: str, manifest: dict[str, Any]) -> str:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    fsync_dir(root)  # the new name is durable only once its directory is
     return target
 
 

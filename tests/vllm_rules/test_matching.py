@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -255,3 +256,53 @@ def test_scheme_grid_resolves_totally() -> None:
             except R.QuantConfigError:
                 continue
             assert all((d.scheme is None) == (d.error is not None) for d in decisions)
+
+
+def _row_cases() -> dict[str, Callable[[str], object]]:
+    """For each version-table row, one config whose outcome that row alone decides (a layer's
+    decision, or the refusal of the whole config), as a function of the vLLM version."""
+    def outcome(config: dict, layer: str) -> Callable[[str], object]:
+        def at(version: str) -> object:
+            try:
+                d = _one(config, layer, version)
+            except R.QuantConfigError:
+                return "config refused"
+            return (d.scheme, d.ignored, d.error_kind)
+        return at
+
+    fp8_token = qargs(("float", 8), "token", dynamic=True)
+    return {
+        "fused_name_ignore": outcome(with_quant(MM, quant_dict([("NVFP4", ["Linear"], None)], [r"re:.*in_proj_qkv"],
+                                                               "nvfp4-pack-quantized")),
+                                     "language_model.model.layers.0.linear_attn.in_proj_qkvz"),
+        "actorder_group_refused": outcome(with_quant(TEXT, scheme_config(
+            [scheme_group(["Linear"], qargs(("int", 4), "group", 128, actorder="group"))], [], "pack-quantized")),
+            "model.layers.0.mlp.down_proj"),
+        "w4a8_int_needs_int": outcome(with_quant(TEXT, scheme_config(
+            [scheme_group(["Linear"], qargs(("float", 4), "group", 128), fp8_token)], [], "float-quantized")),
+            "model.layers.0.mlp.down_proj"),
+        "mxfp4_w4a8_fp8": outcome(with_quant(TEXT, scheme_config(
+            [scheme_group(["Linear"], qargs(("float", 4), "group", 32), fp8_token)], [], "mxfp4-pack-quantized")),
+            "model.layers.0.mlp.down_proj"),
+    }
+
+
+#: The first vLLM version of each row, read from each release's source (docs/VLLM.md), written here
+#: independently of VERSION_TABLE so that a row moved in the table fails the test below.
+ROW_FIRST_VERSION = {"fused_name_ignore": 30, "actorder_group_refused": 30, "w4a8_int_needs_int": 31,
+                     "mxfp4_w4a8_fp8": 32}
+
+
+def test_every_version_row_has_a_boundary_case() -> None:
+    assert {r.name for r in vllm_names.VERSION_TABLE} == set(ROW_FIRST_VERSION) == set(_row_cases())
+
+
+@pytest.mark.parametrize("row", sorted(ROW_FIRST_VERSION))
+def test_each_version_row_turns_exactly_at_its_version(row: str) -> None:
+    """Every version from 0.28 to 0.33 gives the old outcome before the row's first version and the
+    new one from it on, so a row moved by one minor version either way fails here."""
+    at = _row_cases()[row]
+    old, new = at(OLD), at(NEW)
+    assert old != new, f"the case for {row} does not tell the versions apart"
+    for minor in range(28, 34):
+        assert at(f"0.{minor}") == (old if minor < ROW_FIRST_VERSION[row] else new), f"{row} on vLLM 0.{minor}"
