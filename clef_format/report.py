@@ -49,6 +49,8 @@ class Report(Record):
         for key, value in self.details.items():
             if key not in out:
                 out[key] = value
+        if self.could_not_run and "error" not in out:  # the contract: exit 2 always says why, in one line
+            out["error"] = next(f.message for f in self.findings if f.code in COULD_NOT_RUN)
         return out
 
 

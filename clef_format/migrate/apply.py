@@ -252,6 +252,10 @@ def _rmtree(path: str) -> None:
 
 
 def _cleanup(target: Target) -> None:
+    journal = read_journal(target)
+    if journal is not None and journal.get("phase") != "cleaning":
+        journal["phase"] = "cleaning"  # from here the original tree is being removed: no rollback any more
+        write_journal(target, journal)
     crashpoint("cleanup")
     _rmtree(target.new)
     crashpoint("cleanup")
@@ -353,41 +357,95 @@ def _cleanup_or_say(target: Target) -> None:
                                            "rerun clef-format migrate to finish the cleanup") from None
 
 
-def recover(target: Target, source_ck: Checkpoint | None, abort: bool = False) -> str | None:
-    """Deal with an interrupted run before anything else (the lock is held). Returns what was done."""
+def _decide(target: Target, source_ck: Checkpoint | None, abort: bool) -> tuple[str, str, dict[str, Any] | None] | None:
+    """What ``recover`` will do about an interrupted run: (action, what it says, journal), or None.
+
+    Pure (it only reads): ``--dry-run`` reports the same decision that a real run carries out.
+    """
     if not os.path.lexists(target.ws):
         return None
     journal = read_journal(target)
     if journal is None:
-        _rmtree(target.ws)
-        return "removed an interrupted run's workspace (nothing had been committed)"
+        return "remove", "removed an interrupted run's workspace (it held no journal, so nothing in it was needed)", None
     phase = journal.get("phase")
     what = f"{journal.get('revision')} {journal.get('direction')}"
-    if phase == "swapped" or (phase == "staged" and _swapped(target, journal)):
-        if phase != "swapped":
+    swapped = phase in ("swapped", "cleaning") or (phase == "staged" and _swapped(target, journal))
+    if swapped and abort and phase != "cleaning":
+        return "unswap", (f"rolled back the interrupted migration {what}: it had swapped its new tree in, and the "
+                          f"original tree, still complete in the workspace, is back at {target.path}"), journal
+    if swapped:
+        note = f"the interrupted migration {what} had completed; finished its cleanup"
+        if abort:
+            note += (" (it cannot be rolled back: its cleanup had begun, so the original tree is gone; "
+                     "migrate --to the previous layout goes back)")
+        return "cleanup", note, journal
+    if phase == "staged" and not os.path.lexists(target.path) and os.path.isdir(target.old):
+        if abort:
+            return "unswap", (f"rolled back the interrupted migration {what}: the original tree is back at "
+                              f"{target.path}"), journal
+        return "finish-fallback", f"finished the interrupted migration {what} (its new tree was complete)", journal
+    if abort:
+        return "remove", f"rolled back the interrupted migration {what}; the checkpoint was never changed", journal
+    if phase == "staged" and source_ck is not None and journal.get("fingerprint") == fingerprint(source_ck):
+        return "swap", f"finished the interrupted migration {what} (its new tree was complete and verified)", journal
+    if phase == "staging":
+        return "resume", f"resuming the interrupted migration {what}", journal
+    return "remove", f"rolled back the interrupted migration {what}: the checkpoint changed since", journal
+
+
+def pending_recovery(target: Target, source_ck: Checkpoint | None, abort: bool = False) -> str | None:
+    """What the next run (with ``abort``) will do about an interrupted one, said before doing it."""
+    decided = _decide(target, source_ck, abort)
+    return None if decided is None or decided[0] == "resume" else decided[1]
+
+
+def _unswap(target: Target) -> None:
+    """Put the original tree back where it was, the new one into the workspace (then removed)."""
+    if os.path.isdir(target.new) and os.path.lexists(target.path):
+        fsutil.exchange(target.new, target.path)  # the exchange of the swap, done again
+        fsutil.fsync_dir(target.parent)
+        fsutil.fsync_dir(target.ws)
+    elif os.path.isdir(target.old):  # the fallback swap: the original was renamed aside
+        if os.path.lexists(target.path):
+            os.rename(target.path, target.new)
+            fsutil.fsync_dir(target.ws)
+        os.rename(target.old, target.path)
+        fsutil.fsync_dir(target.parent)
+    elif not target.in_place and os.path.lexists(target.path):  # an output that did not exist before
+        os.rename(target.path, target.new)
+        fsutil.fsync_dir(target.parent)
+    _rmtree(target.ws)
+    fsutil.fsync_dir(target.parent)
+
+
+def recover(target: Target, source_ck: Checkpoint | None, abort: bool = False) -> str | None:
+    """Deal with an interrupted run before anything else (the lock is held). Returns what was done."""
+    decided = _decide(target, source_ck, abort)
+    if decided is None:
+        return None
+    action, note, journal = decided
+    if action == "remove":
+        _rmtree(target.ws)
+    elif action == "unswap":
+        _unswap(target)
+    elif action == "cleanup":
+        assert journal is not None
+        if journal.get("phase") == "staged":
             journal["phase"] = "swapped"
             write_journal(target, journal)
         _cleanup_or_say(target)
-        return f"the interrupted migration {what} had completed; finished its cleanup"
-    if phase == "staged" and not os.path.lexists(target.path) and os.path.isdir(target.old):
-        # killed between the two renames of the fallback swap: the new tree goes in
-        os.rename(target.new, target.path)
+    elif action == "finish-fallback":
+        assert journal is not None
+        os.rename(target.new, target.path)  # killed between the two renames of the fallback swap
+        fsutil.fsync_dir(target.parent)
         journal["phase"] = "swapped"
         write_journal(target, journal)
-        fsutil.fsync_dir(target.parent)
         _cleanup_or_say(target)
-        return f"finished the interrupted migration {what} (its new tree was complete)"
-    if abort:
-        _rmtree(target.ws)
-        return f"rolled back the interrupted migration {what}; the checkpoint was never changed"
-    if phase == "staged" and source_ck is not None and journal.get("fingerprint") == fingerprint(source_ck):
+    elif action == "swap":
+        assert journal is not None
         _swap(target, journal)
         _cleanup_or_say(target)
-        return f"finished the interrupted migration {what} (its new tree was complete and verified)"
-    if phase == "staging":
-        return f"resuming the interrupted migration {what}"
-    _rmtree(target.ws)
-    return f"rolled back the interrupted migration {what}: the checkpoint changed since"
+    return note
 
 
 # ---- preflight: everything checked before anything is written (the dry run runs the same) ----------

@@ -206,6 +206,13 @@ def _refuse_blocking(ck: Checkpoint, plan: Plan, display: str, edge: Any) -> Non
 
 
 def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft) -> ReportDraft:
+    from clef_format.migrate.apply import pending_recovery
+
+    will = pending_recovery(target, ck, abort=opts.abort)
+    report.extra["recovery"] = will
+    if opts.abort:  # --abort only deals with an interrupted run: say what it would do, and nothing else
+        report.extra["message"] = f"--abort would do this: {will}" if will else "no interrupted migration to roll back"
+        return report
     route = _route(ck, opts.to)
     if not route:
         report.extra["message"] = f"already at {opts.to}: nothing to do"

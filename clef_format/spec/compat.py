@@ -91,18 +91,29 @@ def _upper_bound(spec: Specifier) -> tuple[Version, bool] | None:
     return None
 
 
+def _parsed(text: str) -> Version | None:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
 def _witnesses(spec: SpecifierSet, low: Version) -> list[Version]:
-    """Candidate versions to prove a marker admits at least one: its bounds and their neighbours."""
+    """Candidate versions to prove a marker admits at least one: its bounds and their neighbours
+    (each built as text and parsed, so a bound with a dev, pre, post or local part never crashes)."""
     out = [low]
     for s in spec:
-        text = s.version.removesuffix(".*").split("+")[0]
-        try:
-            v = Version(text)
-        except InvalidVersion:
+        text = s.version.removesuffix(".*")
+        v = _parsed(text)
+        if v is None:
             continue
-        r = v.release
-        out += [v, Version(f"{v}.post1") if not v.is_postrelease else v,
-                Version(".".join(map(str, (*r[:-1], r[-1] + 1)))), Version(".".join(map(str, (*r, 1))))]
+        r = ".".join(map(str, v.release))
+        bumped = ".".join(map(str, (*v.release[:-1], v.release[-1] + 1)))
+        for candidate in (text, v.public, v.base_version, f"{v.base_version}.post{(v.post or 0) + 1}",
+                          f"{r}.dev{(v.dev or 0) + 1}", bumped, f"{r}.1", f"{bumped}.dev0"):
+            w = _parsed(candidate)
+            if w is not None:
+                out.append(w)
     return out
 
 

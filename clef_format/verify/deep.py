@@ -112,7 +112,8 @@ def _hash_findings(refs: dict[str, Reference], results: dict[tuple[str, str], tu
     for rel, ref in sorted(refs.items()):
         digest, problem = results[(ref.path, ref.algorithm)]
         if digest is None:
-            out.append(error("missing-file", f"{rel} cannot be read while hashing: {problem}", file=rel,
+            # could not run: reading failed, which says nothing about the content (exit 2, not a verdict)
+            out.append(error("unreadable", f"{rel} cannot be read while hashing: {problem}", file=rel,
                              fix="check permissions, or re-download the file"))
         elif digest != ref.digest:
             out.append(error(

@@ -221,3 +221,15 @@ def test_repo_id_through_the_console_script_offline(cache: Path) -> None:
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "deep-verified" in {f["code"] for f in json.loads(proc.stdout)["findings"]}
+
+
+@pytest.mark.parametrize("rev", ["../outside", "../../outside", "main/../../outside"])
+def test_a_revision_is_never_a_path_even_to_a_file_holding_a_commit(cache: Path, rev: str) -> None:
+    """A file outside ``refs/`` that holds a real commit hash is not a ref: ``REPO@../outside`` is
+    not found, although following it as a path would reach an existing snapshot."""
+    repo = repo_folder(cache, REPO)
+    commit = (repo / "refs" / "main").read_text().strip()
+    (repo / "outside").write_text(commit)
+    (cache / "outside").write_text(commit)
+    with pytest.raises(PathNotFound):
+        locate_checkpoint(f"{REPO}@{rev}")

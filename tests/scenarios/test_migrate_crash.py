@@ -77,3 +77,46 @@ def test_abort_rolls_back_an_interrupted_run(fresh, capsys) -> None:
     out = _rerun(capsys, str(root), "--abort")
     assert "rolled back" in out["message"] and out["layout"] == "layout-1"
     assert table_bytes(root) == tables and backbone_digests(root) == digests and siblings(root) == []
+
+
+def _tree_state(root: Path) -> list[tuple[str, int, int]]:
+    """Every path beside and under the checkpoint with its inode and size: what a dry run must not change."""
+    out = []
+    for p in sorted(root.parent.rglob("*")):
+        st = p.lstat()
+        out.append((str(p.relative_to(root.parent)), st.st_ino, st.st_size))
+    return out
+
+
+ABORT_POINTS = [*POINTS, ("cleanup", 1), ("cleanup", 3)]
+
+
+@pytest.mark.parametrize("phase,n", ABORT_POINTS, ids=[f"{p}:{n}" for p, n in ABORT_POINTS])
+def test_sigkill_then_abort_restores_the_original(fresh, capsys, phase: str, n: int) -> None:
+    """--abort after a kill at any point gives back the original tree, byte for byte, wherever it
+    still exists (before the swap, and after it until cleanup starts removing it); once cleanup has
+    begun it finishes the migration and says it could not roll back. --abort --dry-run says which,
+    and changes nothing."""
+    root = fresh("layout-1")
+    digests, tables = backbone_digests(root), table_bytes(root)
+    proc = cli("migrate", str(root), "--json", env={"CLEF_FORMAT_CRASH_AT": f"{phase}:{n}"})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    journal = root.parent / f".{root.name}.clef-migrate" / "journal.json"
+    phase_left = json.loads(journal.read_text()).get("phase") if journal.exists() else None
+    # the original is gone once cleanup began (the journal says so, or cleanup already removed it)
+    gone = phase_left == "cleaning" or (phase_left is None and verified(root)[0] == "layout-2")
+    before = _tree_state(root)
+    dry = _rerun(capsys, str(root), "--abort", "--dry-run")
+    assert _tree_state(root) == before, "--abort --dry-run changed the files"
+    out = _rerun(capsys, str(root), "--abort")
+    assert siblings(root) == []
+    assert backbone_digests(root) == digests
+    if gone:
+        assert out["layout"] == "layout-2"
+        if phase_left == "cleaning":
+            assert "cannot be rolled back" in out["message"]
+    else:
+        assert out["layout"] == "layout-1" and table_bytes(root) == tables, out
+    if siblings_before := [p for p, _, _ in before if ".clef-migrate" in p and not p.endswith(".lock")]:
+        assert dry["message"].startswith("--abort would do this:"), (siblings_before[:3], dry["message"])
+        assert dry["message"].removeprefix("--abort would do this: ") == out["message"]

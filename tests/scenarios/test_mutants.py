@@ -69,12 +69,12 @@ MUTANTS = [
     # --- deep verification: a digest is equal or it is not
     Mutant("digest-prefix-compare", "clef_format/verify/deep.py",
            "elif digest != ref.digest:", "elif digest[:16] != ref.digest[:16]:",
-           ("tests/verify/test_deep.py",)),
+           ("tests/verify/test_deep.py::test_a_digest_differing_in_one_character_is_a_mismatch",)),
     # --- the CLI contract
     Mutant("could-not-run-exits-1", "clef_format/cli/output.py",
            "        return EXIT_COULD_NOT_RUN\n    return EXIT_OK if report.ok else EXIT_FINDINGS",
            "        return EXIT_FINDINGS\n    return EXIT_OK if report.ok else EXIT_FINDINGS",
-           ("tests/cli/test_cli.py", "tests/read/test_hf_cache.py")),
+           ("tests/cli/test_contract.py::test_contract[verify-unreadable-file-json]",)),
     Mutant("errors-exit-0", "clef_format/cli/output.py",
            "return EXIT_OK if report.ok else EXIT_FINDINGS", "return EXIT_OK",
            ("tests/cli/test_cli.py",)),
@@ -100,12 +100,12 @@ MUTANTS = [
            '    count = data.count(b"\\x80")', "    count = 0", ("tests/spec/test_table_rule.py",)),
     Mutant("negative-scale-accepted", "clef_format/spec/tables_format.py",
            '        elif bits & 0x80000000:\n            out.add("negative", i)',
-           '        elif False:\n            out.add("negative", i)', ("tests/spec/test_table_rule.py",)),
+           '        elif False:\n            out.add("negative", i)', ("tests/spec/test_table_rule.py::test_scale_rule_boundary",)),
     # --- vLLM rules: re: patterns are start-anchored (re.match), and the version table
     Mutant("regex-search-not-match", "clef_format/vllm_rules/matching.py",
            "        return _compile(target[3:]).match(value) is not None",
            "        return _compile(target[3:]).search(value) is not None",
-           ("tests/vllm_rules/test_matching.py", "tests/verify/test_patterns.py")),
+           ("tests/vllm_rules/test_matching.py::test_a_regex_matches_from_the_start_of_the_name",)),
     Mutant("version-row-fused-name-ignore-earlier", "clef_format/vllm_rules/names.py",
            '"fused_name_ignore", (0, 30),', '"fused_name_ignore", (0, 29),',
            ("tests/vllm_rules/test_matching.py::test_each_version_row_turns_exactly_at_its_version",)),
@@ -165,7 +165,7 @@ MUTANTS = [
     Mutant("completeness-never-raises", "clef_format/vllm/completeness.py",
            "        missing = self.unwritten()\n        if not missing:\n            return",
            "        missing = self.unwritten()\n        if True:\n            return",
-           ("tests/hooks/test_hooks.py",)),
+           ("tests/hooks/test_hooks.py::test_load_hook_catches_a_tensor_the_loader_dropped",)),
     Mutant("int8-sentinel-wrong", "clef_format/vllm/completeness.py",
            "_BYTE_SENTINEL = {torch.uint8: 0xFF, torch.int8: 0x80}", "_BYTE_SENTINEL = {torch.uint8: 0xFF, torch.int8: 0x00}",
            ("tests/hooks/test_hooks.py",)),
@@ -177,7 +177,7 @@ MUTANTS = [
     # --- the Hugging Face cache: a revision is never a path
     Mutant("revision-may-be-a-path", "clef_format/read/hf_cache.py",
            'if not revision or revision.startswith("/") or any(p in ("", ".", "..") for p in parts):',
-           "if not revision:", ("tests/read/test_hf_cache.py",)),
+           "if not revision:", ("tests/read/test_hf_cache.py::test_a_revision_is_never_a_path_even_to_a_file_holding_a_commit",)),
     # --- durability: data, then entries, then the name (tests/scenarios/test_durability.py reads the call trace)
     Mutant("table-writer-fsync-lost", "clef_format/migrate/writer.py",
            "        os.fchmod(fd, mode)\n        os.fsync(fd)", "        os.fchmod(fd, mode)",
@@ -193,14 +193,13 @@ MUTANTS = [
            "        fh.flush()\n    os.replace(tmp, target.journal_path)", ("tests/scenarios/test_durability.py",)),
     Mutant("manifest-dir-not-fsynced", "clef_format/migrate/manifest_writer.py",
            "    fsync_dir(root)  # the new name", "    pass  # the new name", ("tests/scenarios/test_durability.py",)),
+    Mutant("abort-after-swap-deletes-original", "clef_format/migrate/apply.py",
+           '    if swapped and abort and phase != "cleaning":', "    if False:",
+           ("tests/scenarios/test_migrate_crash.py::test_sigkill_then_abort_restores_the_original",)),
     # --- the migration chain
     Mutant("revision-map-allows-duplicates", "migrations/__init__.py",
            "        if step.revision in by_id:\n            raise RevisionMapError",
            "        if False:\n            raise RevisionMapError",
-           ("tests/migrate/test_revisions.py",)),
-    Mutant("revision-map-allows-cycles", "migrations/__init__.py",
-           "            if here.revision in seen:\n                raise RevisionMapError",
-           "            if len(seen) > 10_000:\n                raise RevisionMapError",
            ("tests/migrate/test_revisions.py",)),
 ]
 

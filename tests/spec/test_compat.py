@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from packaging.specifiers import SpecifierSet
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
 from clef_format.compat import IncompatibleError, check_checkpoint, check_pair
 from clef_format.spec import layouts as L
-from clef_format.spec.compat import SERVED_BY, marker_problem, served_layout
+from clef_format.spec.compat import LAYOUT_2_FLOOR, SERVED_BY, marker_problem, served_layout
 from clef_format.spec.layouts import Layout
 from clef_format.verify.run import verify
 
@@ -105,3 +107,51 @@ def test_verify_and_the_gate_refuse_markers_outside_the_range(fresh, marker, ver
     with pytest.raises(IncompatibleError) as exc:
         check_checkpoint(root, version)
     assert exc.value.code in ("marker-invalid", "plugin-incompatible")
+
+
+# ----------------------------------------------------------------------------- markers, by generation
+
+_RELEASES = ["0", "0.1", "0.1.4", "0.2", "0.2.0", "0.2.1", "0.3", "1.0"]
+_SUFFIXES = ["", ".dev0", ".dev3", "a1", "rc1", ".post1", ".post2.dev1", "+local", "+cpu.1"]
+_GRID = sorted({Version(f"{r}{s}") for r in _RELEASES + ["0.1.9", "0.2.5", "0.4"] for s in _SUFFIXES})
+
+
+def _specifiers() -> st.SearchStrategy[str]:
+    op = st.sampled_from(["==", "!=", ">=", "<=", ">", "<", "~="])
+    version = st.builds(lambda r, s: r + s, st.sampled_from(_RELEASES), st.sampled_from(_SUFFIXES))
+    one = st.builds(lambda o, v: o + v, op, version).filter(_valid_specifier)
+    star = st.builds(lambda o, r: f"{o}{r}.*", st.sampled_from(["==", "!="]), st.sampled_from(_RELEASES[1:]))
+    return st.lists(st.one_of(one, star), min_size=1, max_size=3).map(",".join)
+
+
+def _valid_specifier(text: str) -> bool:
+    try:
+        SpecifierSet(text)
+        return True
+    except InvalidSpecifier:
+        return False
+
+
+@settings(max_examples=600, deadline=None)
+@given(_specifiers())
+def test_marker_problem_is_total_and_sound_on_a_version_grid(text: str) -> None:
+    """Any marker packaging parses gets an answer, never an exception (dev, pre, post and local
+    bounds included); and the answer agrees with a dense grid of versions wherever the grid decides:
+    "admits no version" only when no grid version is admitted, "below 0.2.0" only when one is."""
+    marker = SpecifierSet(text)
+    problem = marker_problem(marker)
+    admitted = [v for v in _GRID if marker.contains(v, prereleases=True)]
+    if problem is None:
+        assert all(v >= LAYOUT_2_FLOOR for v in admitted), (text, admitted)
+    elif "admits no version" in problem:
+        assert admitted == [], (text, admitted)
+    else:
+        assert "below 0.2.0" in problem
+
+
+@pytest.mark.parametrize("text", [">=0.2.0.dev0", "<0.3.0.dev0,>=0.2.0.dev0", "==0.2.0+local", ">0.2.0.post3",
+                                  "~=0.2.0rc1", "==0.2.0.dev2"])
+def test_markers_with_dev_pre_post_local_bounds_are_judged(text: str) -> None:
+    assert marker_problem(SpecifierSet(text)) is None
+    version = next(v for v in [*_GRID, Version("0.2.0.dev2")] if SpecifierSet(text).contains(v, prereleases=True))
+    check_pair(Layout.LAYOUT_2, SpecifierSet(text), str(version))  # served: no IncompatibleError

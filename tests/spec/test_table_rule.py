@@ -54,6 +54,10 @@ def test_scale_rule_boundary():
     assert not TF.scale_problems(struct.pack("<f", TF.SCALE_MAX * (1 - 1e-6)))
     assert TF.scale_problems(struct.pack("<f", TF.SCALE_MAX * (1 + 1e-6))).counts == {"too-large": 1}
     assert not TF.scale_problems(struct.pack("<2f", 0.0, -0.0))  # zero rows
+    # each bad value is named for what it is (the message tells the user which rule it breaks)
+    assert TF.scale_problems(struct.pack("<f", -1.0)).counts == {"negative": 1}
+    assert TF.scale_problems(struct.pack("<f", -TF.SCALE_MAX * 2)).counts == {"negative": 1}
+    assert TF.scale_problems(struct.pack("<2f", float("nan"), float("-inf"))).counts == {"nonfinite": 2}
 
 
 @settings(max_examples=100, deadline=None)

@@ -167,3 +167,34 @@ def test_deep_does_not_modify_the_checkpoint(tmp_path: Path, capsys: pytest.Capt
     after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in root.rglob("*") if p.is_file()}
     assert before == after
     shutil.rmtree(root)
+
+
+@pytest.mark.parametrize("where", ["last", "first"])
+def test_a_digest_differing_in_one_character_is_a_mismatch(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          where: str) -> None:
+    """Digests are compared whole: a reference differing only in its last (or first) hex digit fails."""
+    root = fresh_copy(tmp_path / "ck")
+    assert _run(["manifest", str(root)], capsys)[0] == 0
+    manifest = json.loads((root / MANIFEST_NAME).read_text())
+    rel = "config.json"
+    d = manifest["files"][rel]["blake3"]
+    i = len(d) - 1 if where == "last" else 0
+    manifest["files"][rel]["blake3"] = d[:i] + ("0" if d[i] != "0" else "1") + d[i + 1:]
+    (root / MANIFEST_NAME).write_text(json.dumps(manifest))
+    rc, report = _run(["verify", str(root), "--deep"], capsys)
+    assert rc == 1 and [f["code"] for f in report["findings"] if f["severity"] == "error"] == ["hash-mismatch"]
+    assert report["findings"][0]["file"] == rel
+
+
+def test_a_file_unreadable_while_hashing_is_unreadable_not_a_verdict(tmp_path: Path) -> None:
+    """Reading failed: that says nothing about the content, so it is ``unreadable`` (exit 2, with "error").
+    Root reads any file, so the run drops the capabilities that let it ignore file modes."""
+    exe = shutil.which("clef-format") or os.path.join(os.path.dirname(sys.executable), "clef-format")
+    root = fresh_copy(tmp_path / "ck")
+    assert subprocess.run([exe, "manifest", str(root)], capture_output=True).returncode == 0
+    (root / "tokenizer.json").chmod(0)
+    proc = subprocess.run(["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--", exe, "verify", str(root),
+                           "--deep", "--json"], capture_output=True, text=True)
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 2, out
+    assert "unreadable" in [f["code"] for f in out["findings"]] and out["error"]

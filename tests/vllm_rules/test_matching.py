@@ -47,6 +47,16 @@ def test_multimodal_and_text_names() -> None:
     assert {"model.layers.3.self_attn.qkv_proj", "model.layers.0.mlp.gate_up_proj", "lm_head"} <= text
 
 
+def test_a_regex_matches_from_the_start_of_the_name() -> None:
+    """vLLM tests ``re:`` patterns with ``re.match``: a pattern for the middle of a name needs ``.*``."""
+    name = "language_model.model.layers.0.mlp.down_proj"
+    assert not R.equal_or_regex(name, r"re:model\.layers\.0\.mlp\.down_proj")  # re.search would find it
+    assert R.equal_or_regex(name, r"re:.*model\.layers\.0\.mlp\.down_proj")
+    assert R.equal_or_regex(name, r"re:language_model\.model\.layers\.0")  # a prefix: no $ needed
+    d = decide(TEXT, [("NVFP4", [r"re:layers\.0\.mlp\.down_proj$"])])
+    assert d["model.layers.0.mlp.down_proj"].scheme == schemes.UNQUANTIZED
+
+
 def test_regex_is_anchored_at_start_only() -> None:
     d = decide(MM, [("NVFP4", [r"re:model\.language_model.*"])])
     assert all(x.scheme == schemes.UNQUANTIZED for x in d.values())  # HF-anchored: never matches vLLM names
