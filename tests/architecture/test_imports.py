@@ -153,6 +153,9 @@ def test_the_rules_catch_an_upward_arrow(tmp_path: Path, monkeypatch: pytest.Mon
     ("clef_format.migrate.manifest_writer", ("torch", "vllm", "rich")),
     ("clef_format.vllm", ("torch", "vllm", "triton")),
     ("clef_format.compat", ("torch", "vllm")),
+    # clef-format example on a plain install: the builders read frozen templates and write with numpy
+    ("clef_format.fixtures.builders", ("torch", "transformers", "compressed_tensors", "safetensors", "rich")),
+    ("clef_format.cli.commands.example_cmd", ("torch", "transformers", "compressed_tensors")),
 ])
 def test_importing_stays_light(module: str, heavy: tuple[str, ...]) -> None:
     code = (f"import sys, {module}\n"
