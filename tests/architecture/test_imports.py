@@ -1,5 +1,5 @@
 """The import rules of docs/ARCHITECTURE.md, enforced: who may import whom, and who may import torch,
-vllm or rich; and the light packages really stay light when imported in a fresh interpreter.
+vllm or tqdm; and the light packages really stay light when imported in a fresh interpreter.
 
 Imports are read from the source with ``ast`` (every import statement, at module level or inside a
 function, except those under ``if TYPE_CHECKING:``, which never run), so an arrow added anywhere in
@@ -46,7 +46,8 @@ RESTRICTED: dict[str, set[str]] = {
     "torch": {"quant", "vllm", "fixtures"},
     "triton": {"vllm"},
     "vllm": {"vllm"},
-    "rich": {"cli"},
+    "tqdm": {"cli"},
+    "rich": set(),  # not a dependency any more: the progress bars are tqdm's
     "transformers": {"fixtures"},
     "compressed_tensors": {"fixtures"},
 }
@@ -144,17 +145,17 @@ def test_the_rules_catch_an_upward_arrow(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 @pytest.mark.parametrize("module, heavy", [
-    ("clef_format.spec.layouts", ("torch", "numpy", "packaging", "huggingface_hub", "rich", "clef_format.read")),
+    ("clef_format.spec.layouts", ("torch", "numpy", "packaging", "huggingface_hub", "tqdm", "clef_format.read")),
     ("clef_format.spec.findings", ("torch", "numpy", "packaging", "typing")),
-    ("clef_format.read.checkpoint", ("torch", "numpy", "huggingface_hub", "rich", "safetensors")),
-    ("clef_format.verify.run", ("torch", "numpy", "huggingface_hub", "rich", "safetensors", "clef_format.migrate")),
+    ("clef_format.read.checkpoint", ("torch", "numpy", "huggingface_hub", "tqdm", "safetensors")),
+    ("clef_format.verify.run", ("torch", "numpy", "huggingface_hub", "tqdm", "safetensors", "clef_format.migrate")),
     ("clef_format.vllm_rules.matching", ("torch", "vllm", "compressed_tensors", "transformers")),
-    ("clef_format.migrate.session", ("torch", "vllm", "rich")),
-    ("clef_format.migrate.manifest_writer", ("torch", "vllm", "rich")),
+    ("clef_format.migrate.session", ("torch", "vllm", "tqdm")),
+    ("clef_format.migrate.manifest_writer", ("torch", "vllm", "tqdm")),
     ("clef_format.vllm", ("torch", "vllm", "triton")),
     ("clef_format.compat", ("torch", "vllm")),
     # clef-format example on a plain install: the builders read frozen templates and write with numpy
-    ("clef_format.fixtures.builders", ("torch", "transformers", "compressed_tensors", "safetensors", "rich")),
+    ("clef_format.fixtures.builders", ("torch", "transformers", "compressed_tensors", "safetensors", "tqdm")),
     ("clef_format.cli.commands.example_cmd", ("torch", "transformers", "compressed_tensors")),
 ])
 def test_importing_stays_light(module: str, heavy: tuple[str, ...]) -> None:
