@@ -126,6 +126,28 @@ def violations() -> list[str]:
     return bad
 
 
+#: Inside fixtures/, the modules that may import the test-tier libraries: the builders themselves (and so
+#: ``clef-format example``) need only numpy and the standard library.
+FIXTURE_HEAVY: dict[str, set[str]] = {
+    "torch": {"broken.py", "tensors.py"},  # mutating built files with safetensors.torch; tensors.as_torch
+    "safetensors": {"broken.py"},
+    "transformers": {"generate_templates.py"},  # make templates
+    "compressed_tensors": {"generate_templates.py"},
+}
+
+
+def test_the_fixture_builders_need_no_test_libraries() -> None:
+    bad = []
+    for path in _modules():
+        if _package(path) != "fixtures":
+            continue
+        for name in imports_of(path):
+            top = name.split(".")[0]
+            if top in FIXTURE_HEAVY and path.name not in FIXTURE_HEAVY[top]:
+                bad.append(f"fixtures/{path.name} imports {top}")
+    assert bad == []
+
+
 def test_every_package_has_rules() -> None:
     assert {_package(p) for p in _modules()} <= set(ALLOWED)
 
