@@ -228,3 +228,22 @@ def test_the_core_install_has_no_torch() -> None:
     project = tomllib.loads((PKG.parent / "pyproject.toml").read_text())["project"]
     assert not [d for d in project["dependencies"] if d.split(">")[0].split("=")[0].strip() == "torch"]
     assert any(d.startswith("torch") for d in project["optional-dependencies"]["vllm"])
+
+
+def test_the_extras() -> None:
+    """The core install: no torch, transformers, compressed-tensors or rich (example runs without them);
+    ``fixtures`` brings the template sources and torch, ``test`` everything the main tier imports."""
+    import re
+    import tomllib
+
+    project = tomllib.loads((PKG.parent / "pyproject.toml").read_text())["project"]
+
+    def names(reqs: list[str]) -> set[str]:
+        return {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0].strip().lower().replace("_", "-") for r in reqs}
+
+    core = names(project["dependencies"])
+    extras = {k: names(v) for k, v in project["optional-dependencies"].items()}
+    assert core == {"packaging", "safetensors", "huggingface-hub", "blake3", "numpy", "tqdm"}
+    assert extras["fixtures"] == {"torch", "transformers", "compressed-tensors"}
+    assert extras["vllm"] == {"torch"}
+    assert {"clef-format", "pytest", "hypothesis", "pytest-xdist", "setuptools"} <= extras["test"]
