@@ -1,5 +1,5 @@
 # The two commands of the README. Each sets up what it needs (idempotent), then runs.
-.PHONY: setup example test test-main test-vllm test-vllm-028 test-vllm-033 test-engine test-mutants bench-verify
+.PHONY: setup example test test-main test-vllm test-vllm-028 test-vllm-033 test-engine test-mutants bench-verify bench-install templates
 
 VENV := .venv
 EXAMPLE_DIR ?= build/example
@@ -33,6 +33,15 @@ test-vllm-033: setup
 
 bench-verify: setup
 	$(VENV)/bin/python benchmarks/bench_verify.py
+
+# The wheel in a fresh venv from the registry: installed size per distribution, install time (benchmarks/RESULTS.md).
+bench-install: setup
+	$(VENV)/bin/python benchmarks/bench_install.py
+
+# Regenerate fixtures/templates/*.json (the configs clef-format example writes) from transformers' and
+# compressed-tensors' own classes; tests/fixtures/test_templates.py fails while a template has drifted.
+templates: setup
+	$(VENV)/bin/python -m clef_format.fixtures.generate_templates
 
 test-engine: setup
 	bash scripts/test-engine.sh

@@ -1,13 +1,19 @@
 """Progress bars: the one implementation of ``clef_format.progress.Progress`` that draws.
 
-Bars go to stderr and only on a terminal (logs and pipes stay clean, and rich is not even imported
-there). Use as a context manager around the library call; ``add`` may be called from any thread.
+Bars go to stderr and only on a terminal (logs and pipes stay clean, and tqdm is not even imported
+there); they are removed when the work ends. ``TTY_COMPATIBLE=1`` (or ``FORCE_COLOR``) draws on a
+stderr that is not a terminal, ``TTY_COMPATIBLE=0`` never draws. Use as a context manager around
+the library call; ``add`` and the advance functions may be called from any thread.
+
+tqdm rather than rich: huggingface_hub already installs tqdm, while rich and pygments would add
+about 14 MB to a plain install for bars alone (benchmarks/RESULTS.md, "Light install").
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -15,7 +21,7 @@ if TYPE_CHECKING:
 
 
 def stderr_is_terminal() -> bool:
-    """Whether rich would draw on stderr: a tty, or rich's own overrides (``TTY_COMPATIBLE``, ``FORCE_COLOR``)."""
+    """Whether bars are drawn on stderr: a tty, or the overrides ``TTY_COMPATIBLE`` and ``FORCE_COLOR``."""
     forced = os.environ.get("TTY_COMPATIBLE")
     if forced in ("0", "1"):
         return forced == "1"
@@ -30,34 +36,36 @@ class TerminalProgress:
     """Byte progress bars on stderr while the ``with`` block runs."""
 
     def __init__(self) -> None:
-        self._rich: Any = None
+        self._tqdm: Any = None
+        self._bars: list[Any] = []
+        self._lock = threading.Lock()
 
     def __enter__(self) -> TerminalProgress:
         if stderr_is_terminal():
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                DownloadColumn,
-                Progress,
-                TextColumn,
-                TimeRemainingColumn,
-                TransferSpeedColumn,
-            )
+            from tqdm import tqdm
 
-            console = Console(stderr=True)
-            self._rich = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                                  TransferSpeedColumn(), TimeRemainingColumn(), console=console, transient=True,
-                                  disable=not console.is_terminal)
-            self._rich.start()
+            self._tqdm = tqdm
         return self
 
     def add(self, description: str, total: int) -> Callable[[int], None]:
-        if self._rich is None:
+        if self._tqdm is None:
             return _ignore
-        rich, task = self._rich, self._rich.add_task(description, total=total)
-        return lambda n: rich.advance(task, n)
+        with self._lock:
+            bar = self._tqdm(total=total, desc=description, unit="B", unit_scale=True, unit_divisor=1024,
+                             file=sys.stderr, leave=False, disable=False, dynamic_ncols=True,
+                             position=len(self._bars), bar_format="{desc} {bar} {n_fmt}/{total_fmt} {rate_fmt} {remaining}")
+            self._bars.append(bar)
+        lock = self._lock
+
+        def advance(n: int) -> None:
+            with lock:
+                bar.update(n)
+
+        return advance
 
     def __exit__(self, *exc: object) -> None:
-        if self._rich is not None:
-            self._rich.stop()
-            self._rich = None
+        with self._lock:
+            for bar in reversed(self._bars):
+                bar.close()
+            self._bars = []
+        self._tqdm = None

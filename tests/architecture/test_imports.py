@@ -1,5 +1,5 @@
 """The import rules of docs/ARCHITECTURE.md, enforced: who may import whom, and who may import torch,
-vllm or rich; and the light packages really stay light when imported in a fresh interpreter.
+vllm or tqdm; and the light packages really stay light when imported in a fresh interpreter.
 
 Imports are read from the source with ``ast`` (every import statement, at module level or inside a
 function, except those under ``if TYPE_CHECKING:``, which never run), so an arrow added anywhere in
@@ -46,7 +46,8 @@ RESTRICTED: dict[str, set[str]] = {
     "torch": {"quant", "vllm", "fixtures"},
     "triton": {"vllm"},
     "vllm": {"vllm"},
-    "rich": {"cli"},
+    "tqdm": {"cli"},
+    "rich": set(),  # not a dependency any more: the progress bars are tqdm's
     "transformers": {"fixtures"},
     "compressed_tensors": {"fixtures"},
 }
@@ -125,6 +126,28 @@ def violations() -> list[str]:
     return bad
 
 
+#: Inside fixtures/, the modules that may import the test-tier libraries: the builders themselves (and so
+#: ``clef-format example``) need only numpy and the standard library.
+FIXTURE_HEAVY: dict[str, set[str]] = {
+    "torch": {"broken.py", "tensors.py"},  # mutating built files with safetensors.torch; tensors.as_torch
+    "safetensors": {"broken.py"},
+    "transformers": {"generate_templates.py"},  # make templates
+    "compressed_tensors": {"generate_templates.py"},
+}
+
+
+def test_the_fixture_builders_need_no_test_libraries() -> None:
+    bad = []
+    for path in _modules():
+        if _package(path) != "fixtures":
+            continue
+        for name in imports_of(path):
+            top = name.split(".")[0]
+            if top in FIXTURE_HEAVY and path.name not in FIXTURE_HEAVY[top]:
+                bad.append(f"fixtures/{path.name} imports {top}")
+    assert bad == []
+
+
 def test_every_package_has_rules() -> None:
     assert {_package(p) for p in _modules()} <= set(ALLOWED)
 
@@ -144,15 +167,18 @@ def test_the_rules_catch_an_upward_arrow(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 @pytest.mark.parametrize("module, heavy", [
-    ("clef_format.spec.layouts", ("torch", "numpy", "packaging", "huggingface_hub", "rich", "clef_format.read")),
+    ("clef_format.spec.layouts", ("torch", "numpy", "packaging", "huggingface_hub", "tqdm", "clef_format.read")),
     ("clef_format.spec.findings", ("torch", "numpy", "packaging", "typing")),
-    ("clef_format.read.checkpoint", ("torch", "numpy", "huggingface_hub", "rich", "safetensors")),
-    ("clef_format.verify.run", ("torch", "numpy", "huggingface_hub", "rich", "safetensors", "clef_format.migrate")),
+    ("clef_format.read.checkpoint", ("torch", "numpy", "huggingface_hub", "tqdm", "safetensors")),
+    ("clef_format.verify.run", ("torch", "numpy", "huggingface_hub", "tqdm", "safetensors", "clef_format.migrate")),
     ("clef_format.vllm_rules.matching", ("torch", "vllm", "compressed_tensors", "transformers")),
-    ("clef_format.migrate.session", ("torch", "vllm", "rich")),
-    ("clef_format.migrate.manifest_writer", ("torch", "vllm", "rich")),
+    ("clef_format.migrate.session", ("torch", "vllm", "tqdm")),
+    ("clef_format.migrate.manifest_writer", ("torch", "vllm", "tqdm")),
     ("clef_format.vllm", ("torch", "vllm", "triton")),
     ("clef_format.compat", ("torch", "vllm")),
+    # clef-format example on a plain install: the builders read frozen templates and write with numpy
+    ("clef_format.fixtures.builders", ("torch", "transformers", "compressed_tensors", "safetensors", "tqdm")),
+    ("clef_format.cli.commands.example_cmd", ("torch", "transformers", "compressed_tensors")),
 ])
 def test_importing_stays_light(module: str, heavy: tuple[str, ...]) -> None:
     code = (f"import sys, {module}\n"
@@ -202,3 +228,22 @@ def test_the_core_install_has_no_torch() -> None:
     project = tomllib.loads((PKG.parent / "pyproject.toml").read_text())["project"]
     assert not [d for d in project["dependencies"] if d.split(">")[0].split("=")[0].strip() == "torch"]
     assert any(d.startswith("torch") for d in project["optional-dependencies"]["vllm"])
+
+
+def test_the_extras() -> None:
+    """The core install: no torch, transformers, compressed-tensors or rich (example runs without them);
+    ``fixtures`` brings the template sources and torch, ``test`` everything the main tier imports."""
+    import re
+    import tomllib
+
+    project = tomllib.loads((PKG.parent / "pyproject.toml").read_text())["project"]
+
+    def names(reqs: list[str]) -> set[str]:
+        return {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0].strip().lower().replace("_", "-") for r in reqs}
+
+    core = names(project["dependencies"])
+    extras = {k: names(v) for k, v in project["optional-dependencies"].items()}
+    assert core == {"packaging", "safetensors", "huggingface-hub", "blake3", "numpy", "tqdm"}
+    assert extras["fixtures"] == {"torch", "transformers", "compressed-tensors"}
+    assert extras["vllm"] == {"torch"}
+    assert {"clef-format", "pytest", "hypothesis", "pytest-xdist", "setuptools"} <= extras["test"]

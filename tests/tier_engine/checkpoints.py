@@ -24,6 +24,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from clef_format.fixtures import builders as FIXTURES  # noqa: N812  (the one import of the fixtures)
+from clef_format.fixtures.tensors import as_torch
 
 from clef_format.spec import layouts as L
 from clef_format.spec import tables_format as TF
@@ -82,7 +83,7 @@ def config(root: Path) -> dict[str, Any]:
 def bf16_tables(root: Path, seed: int = 0) -> dict[str, torch.Tensor]:
     """The BF16 tables the int8 file was made from (the fixtures' deterministic originals)."""
     with _engine_shapes():
-        return FIXTURES.tables_bf16(config(root), seed)
+        return {k: as_torch(v) for k, v in FIXTURES.tables_bf16(config(root), seed).items()}
 
 
 def backbone_tables(root: Path) -> dict[str, torch.Tensor]:

@@ -19,6 +19,7 @@ from safetensors.torch import load_file, save_file
 
 from clef_format.compat import IncompatibleError
 from clef_format.fixtures.builders import build_checkpoint, tables_bf16
+from clef_format.fixtures.tensors import as_torch
 from clef_format.quant.int8 import dequantize_rows
 from clef_format.spec import layouts as L
 from clef_format.spec import tables_format as TF
@@ -132,7 +133,7 @@ def test_lexical_rows_are_the_lm_head_rows(checkpoints: Callable[..., Path]) -> 
     # ... and they are the release's lm_head rows to within the int8 error (not embed_tokens rows)
     import json
 
-    source = tables_bf16(json.loads((root / L.CONFIG).read_text()), seed=0)[LM_HEAD].float()[ids]
+    source = as_torch(tables_bf16(json.loads((root / L.CONFIG).read_text()), seed=0)[LM_HEAD]).float()[ids]
     cos = torch.nn.functional.cosine_similarity(rows.float(), source, dim=-1)
     assert float(cos.min()) > 0.999
     assert not torch.equal(rows, decoded(root, EMBED)[ids])

@@ -139,7 +139,7 @@ def test_plain_verify_imports_nothing_heavy() -> None:
     code = (
         "import sys; from clef_format.cli import main\n"
         f"rc = main(['verify', {str(pristine())!r}])\n"
-        "heavy = [m for m in ('torch', 'huggingface_hub', 'blake3', 'rich', 'safetensors', 'compressed_tensors',"
+        "heavy = [m for m in ('torch', 'huggingface_hub', 'blake3', 'tqdm', 'rich', 'safetensors', 'compressed_tensors',"
         " 'clef_format.verify.deep', 'clef_format.read.hashing') if m in sys.modules]\n"
         "print('HEAVY', heavy)\n"
     )
@@ -149,7 +149,7 @@ def test_plain_verify_imports_nothing_heavy() -> None:
 
 
 def test_progress_bar_on_a_terminal(tmp_path: Path) -> None:
-    """rich draws the bar on stderr when it is a terminal (forced here), and stdout stays one JSON object."""
+    """tqdm draws the bar on stderr when it is a terminal (forced here), and stdout stays one JSON object."""
     root = fresh_copy(tmp_path / "ck")
     assert main(["manifest", str(root)]) == 0
     env = {**os.environ, "TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "COLUMNS": "120"}

@@ -27,7 +27,7 @@ def test_full_size_layout_1_is_legacy(tmp_path):
 
 
 def test_structure_path_imports_nothing_heavy(tmp_path):
-    """verify of a full-size layout-2 checkpoint imports no torch, numpy, packaging, rich, dataclasses, typing."""
+    """verify of a full-size layout-2 checkpoint imports no torch, numpy, packaging, tqdm, rich, dataclasses, typing."""
     import subprocess
     import sys
 
@@ -36,7 +36,7 @@ def test_structure_path_imports_nothing_heavy(tmp_path):
         "import sys, io, contextlib\nfrom clef_format.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         f"    rc = main(['verify', {str(root)!r}, '--json'])\n"
-        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'packaging', 'rich',"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'packaging', 'tqdm', 'rich',"
         " 'dataclasses', 'click', 'huggingface_hub', 'safetensors', 'compressed_tensors', 'pathlib', 'typing'))\n"
         "print(rc, heavy)\n"
     )
