@@ -112,10 +112,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
     finally:  # printing the outcome ignores Ctrl-C (one outcome only); a caller in-process gets it back
-        try:
-            signal.signal(signal.SIGINT, sigint)
-        except ValueError:  # called from another thread: only the main thread has handlers to restore
-            pass
+        if argv is not None:  # the console script (argv from sys.argv) keeps ignoring it until it exits:
+            try:              # a Ctrl-C after the outcome was printed must not turn exit 0 into 130
+                signal.signal(signal.SIGINT, sigint)
+            except ValueError:  # called from another thread: only the main thread has handlers to restore
+                pass
 
 
 def _could_not_run(command: str | None, path: str | None, exc: CouldNotRun, as_json: bool) -> int:

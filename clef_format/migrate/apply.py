@@ -581,9 +581,7 @@ class Result:
 
 
 def carried_by_link(target: Target, snapshot: bool) -> bool:
-    if target.in_place:
-        return True
-    return not snapshot and os.path.isdir(target.parent) and fsutil.can_hardlink(target.source, target.parent)
+    return target.in_place  # out of place, files are reflinked or copied: never a shared inode
 
 
 def check_space(plan: Plan, target: Target, snapshot: bool) -> None:

@@ -93,7 +93,8 @@ def carry(src: str, dst: str, link_first: bool, allow_hardlink: bool) -> str:
     """Bring one unchanged file over; returns how: link | reflink | copy.
 
     In place a hard link comes first (the old tree is dropped right after); out of place a reflink
-    does (no inode shared with the source), then a hard link where allowed, then a copy.
+    (no inode shared with the source), else a copy: never a hard link, so editing an output file
+    in place can never change the source's.
     """
     if link_first and allow_hardlink and _link(src, dst):
         return "link"
@@ -157,11 +158,11 @@ def replicate(src_root: str, dst_root: str, skip: set[str], in_place: bool, allo
                 if os.path.isdir(real):
                     how[rel] = "skipped (directory symlink)"
                     continue
-                how[rel] = carry(real, dst, link_first=False, allow_hardlink=not snapshot)
+                how[rel] = carry(real, dst, link_first=False, allow_hardlink=in_place and not snapshot)
             elif stat.S_ISREG(st.st_mode):
                 if os.path.lexists(dst):
                     os.unlink(dst)
-                how[rel] = carry(full, dst, link_first=in_place, allow_hardlink=in_place or not snapshot)
+                how[rel] = carry(full, dst, link_first=in_place, allow_hardlink=in_place)
             else:
                 raise OSError(errno.EINVAL, f"{rel} is not a regular file, directory or symlink; not carried")
     return how

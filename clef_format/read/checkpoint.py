@@ -129,7 +129,7 @@ def _scan_files(ck: Checkpoint) -> None:
                     "partial-download", f"{rel} is an unfinished download", file=rel,
                     fix="re-run the download (huggingface-cli download / snapshot_download) to finish it"))
                 continue
-            if name.endswith(PICKLE_SUFFIXES):
+            if name.lower().endswith(PICKLE_SUFFIXES):  # x.PT, model.Bin: torch.load reads them alike
                 ck.findings.append(error(
                     "unsafe-file", f"{rel} is a pickle-based weight file; clef-format never loads it", file=rel,
                     fix="delete it: Clef checkpoints ship safetensors only"))

@@ -145,3 +145,21 @@ def test_vllm_version_option(built, capsys):
     assert json.loads(capsys.readouterr().out)["vllm_version"] == "0.28"  # the version the plugin pins
     proc = run_cli("verify", root, "--json", "--vllm-version", "0.1")
     assert proc.returncode == 2 and "older than any version" in proc.stdout + proc.stderr
+
+
+def test_ctrl_c_after_the_outcome_is_printed_cannot_change_the_exit_status(built) -> None:
+    """The console script keeps SIGINT ignored once it has printed its one outcome, so a late Ctrl-C
+    cannot turn an exit 0 with ``"ok": true`` into 130; an in-process caller (argv given) gets its
+    handler back."""
+    code = ("import signal, sys\n"
+            "from clef_format.cli import main\n"
+            f"sys.argv = ['clef-format', 'verify', {str(built('layout-2', 'hybrid'))!r}, '--json']\n"
+            "rc = main()\n"
+            "ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN\n"
+            "before = signal.getsignal(signal.SIGINT)\n"
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            f"main(['verify', {str(built('layout-2', 'hybrid'))!r}, '--json'])\n"
+            "restored = signal.getsignal(signal.SIGINT) is signal.default_int_handler\n"
+            "print('RESULT', rc, ignored, restored, file=sys.stderr)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "RESULT 0 True True" in proc.stderr, proc.stderr[-2000:]

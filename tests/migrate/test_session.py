@@ -266,3 +266,19 @@ def test_read_only_directory_is_refused(built, tmpfs, capsys) -> None:
     rc, out = run_json(capsys, str(root))
     assert rc == 1 and "read-only" in out["findings"][0]["message"] and "--output" in out["findings"][0]["fix"]
     assert file_digests(root) == before
+
+
+def test_output_shares_no_inode_with_the_source(fresh, tmp_path, capsys) -> None:
+    """Out of place, an output file edited in place (open r+, write) must never change the source's."""
+    root = fresh("layout-1")
+    dest = tmp_path / "migrated"
+    rc, out = run_json(capsys, str(root), "--output", str(dest))
+    assert rc == 0 and out["ok"], out
+    assert "link" not in out["steps"][0]["carried_by"]
+    source_inodes = {p.stat().st_ino for p in root.rglob("*") if p.is_file()}
+    assert not any(p.stat().st_ino in source_inodes for p in dest.rglob("*") if p.is_file())
+    before = backbone_digests(root)
+    with open(dest / L.BACKBONE_SINGLE, "r+b") as fh:
+        fh.seek(-1, 2)
+        fh.write(b"\x00")
+    assert backbone_digests(root) == before

@@ -394,6 +394,8 @@ CASES: list[Case] = [
     # --- pickle ------------------------------------------------------------------------------
     Case("pickle-bin-present", replace_bytes("pytorch_model.bin", pickle.dumps({"a": 1})), "unsafe-file"),
     Case("pickle-pt-in-head", replace_bytes("clef_head/joint_head.pt", pickle.dumps({"a": 1})), "unsafe-file"),
+    Case("pickle-upper-case-suffix", replace_bytes("x.PT", pickle.dumps({"a": 1})), "unsafe-file"),
+    Case("pickle-mixed-case-suffix", replace_bytes("pytorch_model.Bin", pickle.dumps({"a": 1})), "unsafe-file"),
     Case("pickle-ckpt", replace_bytes("model.ckpt", b"\x80\x04K\x01."), "unsafe-file"),
     # --- config.json -------------------------------------------------------------------------
     Case("config-not-json", json_file(L.CONFIG, text=b"{'architectures': nope"), "bad-config"),

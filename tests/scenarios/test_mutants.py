@@ -155,7 +155,7 @@ MUTANTS = [
            "return None if any(inside(target, a) for a in allowed) else target", "return None",
            ("tests/read/test_paths.py",)),
     Mutant("pickle-files-ignored", "clef_format/read/checkpoint.py",
-           "            if name.endswith(PICKLE_SUFFIXES):", "            if False:",
+           "            if name.lower().endswith(PICKLE_SUFFIXES):", "            if False:",
            ("tests/scenarios/test_broken.py",)),
     Mutant("unreadable-json-is-bad-config", "clef_format/read/checkpoint.py",
            '    except OSError as exc:\n        _unreadable(ck, rel, "cannot be read", exc)\n        return None\n    try:',
