@@ -49,10 +49,11 @@ def render_report(report: Report, title: str | None = None) -> str:
     files = d.get("files") or {}
     if files:
         total = sum(files.values())
-        lines.append(f"  files    {len(files)} ({human_size(total)})")
-        for rel, size in files.items():
-            if rel.endswith((".safetensors", ".json")) or size > 10_000_000:
-                lines.append(f"           {rel}  {human_size(size)}")
+        shown = {rel: size for rel, size in files.items() if rel.endswith((".safetensors", ".json")) or size > 10_000_000}
+        rest = len(files) - len(shown)
+        lines.append(f"  files    {len(files)} ({human_size(total)})" + (f", {rest} small file(s) not listed" if rest else ""))
+        for rel, size in shown.items():
+            lines.append(f"           {rel}  {human_size(size)}")
     for key in ("plugin_version",):
         if key in d:
             lines.append(f"  {key.replace('_', ' '):8} {d[key]}")

@@ -73,6 +73,9 @@ def _check_output(target: Target, root: str) -> None:
     real_root = os.path.realpath(root)
     if inside(target.path, real_root):
         raise UsageError(f"--output {target.path} is inside the checkpoint", fix="pick a directory outside it")
+    if not os.path.isdir(target.parent):  # a usage slip, like a path that does not exist: exit 2
+        raise UsageError(f"--output {target.path}: its parent folder {target.parent} does not exist",
+                         fix=f"create {target.parent} first, or pick an --output in an existing folder")
     if os.path.lexists(target.path) and read_journal(target) is None and not os.path.isdir(target.ws):
         if not os.path.isdir(target.path) or os.listdir(target.path):
             raise UsageError(f"--output {target.path} exists and is not an empty directory", fix="pick a new or empty directory")

@@ -162,11 +162,33 @@ def _read_json(ck: Checkpoint, rel: str) -> Any:
         _unreadable(ck, rel, "cannot be read", exc)
         return None
     try:
-        return json.loads(data.decode("utf-8"))
+        return json.loads(data.decode("utf-8"), object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        ck.findings.append(error("bad-config", f"{rel} holds the key {exc.key!r} twice: JSON readers disagree on "
+                                 "which one counts (Python's keeps the last, others the first)", file=rel,
+                                 fix=f"keep one {exc.key!r} in {rel} (restore the file from the original download)"))
+        return None
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         ck.findings.append(error("bad-config", f"{rel} is not valid JSON: {exc}", file=rel,
                                  fix="restore the file from the original download"))
         return None
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` refusing a key written twice (as the safetensors header reader does)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return out
 
 
 def _read_headers(ck: Checkpoint) -> None:

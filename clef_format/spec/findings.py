@@ -26,6 +26,7 @@ CODES: dict[str, str] = {
     "bad-config": "a JSON config file is missing keys, has wrong types or is not JSON",
     "index-mismatch": "model.safetensors.index.json disagrees with the shard headers",
     "partial-download": "an unfinished download (.incomplete) is present",
+    "stray-weights": "a top-level .safetensors file is not part of the backbone: a plain vLLM load would read it too",
     # layouts and the version marker
     "legacy-layout": "layout-1: BF16 tables inside the backbone, needs plugin < 0.2.0",
     "marker-missing": "int8 tables present but no requires_clef_vllm marker (the 2026-10-07 state)",

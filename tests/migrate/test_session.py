@@ -282,3 +282,10 @@ def test_output_shares_no_inode_with_the_source(fresh, tmp_path, capsys) -> None
         fh.seek(-1, 2)
         fh.write(b"\x00")
     assert backbone_digests(root) == before
+
+
+def test_output_in_a_missing_folder_is_a_usage_error(fresh, tmp_path, capsys) -> None:
+    root = fresh("layout-1")
+    rc, out = run_json(capsys, str(root), "--output", str(tmp_path / "no" / "such" / "out"))
+    assert rc == 2 and out["findings"][0]["code"] == "usage-error" and out["error"], out
+    assert "create" in out["findings"][0]["fix"] and verified(root)[0] == "layout-1"

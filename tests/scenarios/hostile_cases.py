@@ -394,6 +394,14 @@ CASES: list[Case] = [
     # --- pickle ------------------------------------------------------------------------------
     Case("pickle-bin-present", replace_bytes("pytorch_model.bin", pickle.dumps({"a": 1})), "unsafe-file"),
     Case("pickle-pt-in-head", replace_bytes("clef_head/joint_head.pt", pickle.dumps({"a": 1})), "unsafe-file"),
+    Case("marker-key-twice", replace_bytes(L.HEAD_CONFIG, b'{"requires_clef_vllm": "==0.1.4", "requires_clef_vllm": '
+                                                            b'">=0.2.0"}'), "bad-config"),
+    Case("config-key-twice", lambda root: (root / "config.json").write_text(
+        (root / "config.json").read_text().replace('{', '{"model_type": "llama", ', 1)), "bad-config"),
+    Case("stray-root-safetensors", lambda root: shutil.copy(root / BACKBONE, root / "adapter.safetensors"),
+         "stray-weights"),
+    Case("stray-root-shard-name", lambda root: shutil.copy(root / BACKBONE, root / "model-00001-of-00002.safetensors"),
+         "stray-weights"),
     Case("pickle-upper-case-suffix", replace_bytes("x.PT", pickle.dumps({"a": 1})), "unsafe-file"),
     Case("pickle-mixed-case-suffix", replace_bytes("pytorch_model.Bin", pickle.dumps({"a": 1})), "unsafe-file"),
     Case("pickle-ckpt", replace_bytes("model.ckpt", b"\x80\x04K\x01."), "unsafe-file"),

@@ -27,6 +27,13 @@ def check_layout(ck: Checkpoint) -> Iterator[Finding]:
         if not ck.has(rel) and rel not in ck.bad_headers:
             yield error("missing-file", f"{rel} is missing ({layout} requires it)", file=rel,
                         fix="download this file from the same revision of the checkpoint")
+    indexed = ck.has(L.BACKBONE_INDEX)  # with an index, vLLM loads only the shards it names
+    for rel in sorted(ck.files):  # without one, it loads every top-level *.safetensors it finds
+        if ("/" not in rel and rel.endswith(".safetensors") and not indexed and ck.backbone_files
+                and rel not in ck.backbone_files):
+            yield error("stray-weights", f"{rel} is not part of the backbone ({', '.join(ck.backbone_files)}), but "
+                        "vLLM loads every top-level .safetensors file beside it: its tensors would be loaded too",
+                        file=rel, fix=f"remove or move {rel} out of the checkpoint folder")
     for rel in L.TOKENIZER_FILES:
         if layout is not Layout.UNKNOWN and not ck.has(rel):
             yield warning("missing-file", f"{rel} is missing: serving needs the tokenizer", file=rel,
@@ -37,8 +44,9 @@ def check_layout(ck: Checkpoint) -> Iterator[Finding]:
     has_tables_file = ck.has(L.TABLES) or L.TABLES in ck.bad_headers
     if layout is Layout.LAYOUT_1:
         yield warning("legacy-layout",
-                      "layout-1: BF16 tables inside the backbone; only clef-vllm < 0.2.0 serves it",
-                      fix=f"{migrate_command(path, Layout.LAYOUT_2, ck.hf_snapshot)} (2 GB smaller, ~2.4 GiB less GPU memory)")
+                      "layout-1: BF16 tables inside the backbone; only clef-vllm < 0.2.0 serves it (the int8 layout-2 "
+                      "tables take half the bytes on disk and in GPU memory)",
+                      fix=migrate_command(path, Layout.LAYOUT_2, ck.hf_snapshot))
 
     if layout in (Layout.LAYOUT_1, Layout.ORIGINAL_RELEASE):
         for t in (embed, lm_head):
