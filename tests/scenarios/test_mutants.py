@@ -24,7 +24,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: Run by ``make test-mutants`` (about 13 minutes on 2 cores), not yet by ``make test``: see docs/TESTING.md.
+#: Run by ``make test-mutants``, part of ``make test`` (CI); kept out of ``make test-main`` by its marker
+#: because each mutant runs its own pytest on a copy of the tree. See docs/TESTING.md.
 pytestmark = pytest.mark.mutants
 
 

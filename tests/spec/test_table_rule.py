@@ -135,3 +135,23 @@ def test_a_zero_row_is_valid_everywhere(fresh):
     check_checkpoint(root, "0.2.0")
     codes, report = _migrate(root, "layout-1")
     assert not codes, report.findings
+
+
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "run"])
+def test_nan_in_the_last_row_refuses_with_nothing_changed(fresh, dry_run: bool):
+    """The real run finds a NaN while quantizing (the last row of the second table, after everything
+    else was written to the workspace): refused with the same code, the checkpoint untouched and the
+    workspace gone; the dry run finds it by scanning."""
+    import hashlib
+
+    root = fresh("layout-1", "bf16", num_layers=4)
+    ck = read_checkpoint(root)
+    rel = ck.tensor_file[L.LM_HEAD]
+    rows, width = ck.backbone[L.LM_HEAD].shape
+    _poke(root / rel, L.LM_HEAD, 2 * width * (rows - 1) + 2 * (width - 1), struct.pack("<H", 0x7F80))  # +Inf
+    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*") if p.is_file()}
+    report = migrate(str(root), str(root), Options(to="layout-2", dry_run=dry_run))
+    assert _errors(report) == {"table-nonfinite"}, report.findings
+    after = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*") if p.is_file()}
+    assert after == before and not [p for p in root.parent.iterdir() if ".clef-migrate" in p.name and
+                                    not p.name.endswith(".lock")]
