@@ -32,7 +32,7 @@ ALLOWED: dict[str, set[str]] = {
     "migrate": {"spec", "read", "verify", "quant", "migrations", "records", "errors", "report", "progress"},
     "migrations": {"spec", "read", "errors", "records", "migrate.plan", "migrate.build"},
     "fixtures": {"spec", "read", "quant", "records", "errors"},
-    "vllm": {"spec", "read", "verify", "quant", "records", "errors", "report", "progress"},
+    "vllm": {"spec", "read", "vllm_rules", "verify", "quant", "records", "errors", "report", "progress"},
     "cli": {"spec", "read", "vllm_rules", "verify", "quant", "migrate", "migrations", "fixtures", "records",
             "errors", "report", "progress"},
     # import paths kept for plugins: re-exports only
