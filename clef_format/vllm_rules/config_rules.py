@@ -96,7 +96,7 @@ def config_problems(raw: Mapping[str, Any], cfg: ModelConfig, tables_stored: boo
     if cfg.multimodal:
         vision = raw.get("vision_config") or {}
         vact = vision.get("hidden_act", "gelu_pytorch_tanh")
-        if vact not in VISION_ACTS:
+        if not isinstance(vact, str) or vact not in VISION_ACTS:
             out.append(ConfigProblem(
                 "vision_config.hidden_act", f"vision_config.hidden_act is {vact!r}, not an activation vLLM knows "
                 "(KeyError building the vision MLP)", set_fix("vision_config.hidden_act", "gelu_pytorch_tanh")))
@@ -132,13 +132,13 @@ def _rope_problems(text: Mapping[str, Any], prefix: str) -> list[ConfigProblem]:
     out: list[ConfigProblem] = []
     key = f"{prefix}rope_parameters"
     factor = rope.get("partial_rotary_factor")
-    if rope.get("rope_dim") is None and isinstance(factor, (int, float)) and not isinstance(factor, bool) \
-            and not 0.0 < factor <= 1.0:
+    number = isinstance(factor, (int, float)) and not isinstance(factor, bool)
+    if rope.get("rope_dim") is None and factor is not None and not (number and 0.0 < factor <= 1.0):
         out.append(ConfigProblem(
-            f"{key}.partial_rotary_factor", f"{key}.partial_rotary_factor is {factor}: vLLM's get_rope refuses a "
-            "factor outside (0, 1] (ValueError)", set_fix(f"{key}.partial_rotary_factor", 0.25)))
+            f"{key}.partial_rotary_factor", f"{key}.partial_rotary_factor is {factor!r}: vLLM's get_rope refuses "
+            "anything but a number in (0, 1] (ValueError)", set_fix(f"{key}.partial_rotary_factor", 0.25)))
     rope_type = rope.get("rope_type", "default")
-    known = [v for v, types in ROPE_TYPES.items() if rope_type in types]
+    known = [v for v, types in ROPE_TYPES.items() if isinstance(rope_type, str) and rope_type in types]
     if len(known) < len(ROPE_TYPES):
         where = "neither vLLM 0.28 nor 0.33" if not known else \
             "vLLM " + " and ".join(v for v in ROPE_TYPES if v not in known) + f" (only {', '.join(known)})"

@@ -1,5 +1,5 @@
 """The config rules that no tensor shape shows: each edit of a valid checkpoint's config is reported
-with its code, names the key, and the fix (an edit, where it has one value) makes the finding go away."""
+with its code, names the key and carries a fix (tests/scenarios/test_fixes.py applies the edit fixes)."""
 
 from __future__ import annotations
 
@@ -86,22 +86,26 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("name, build, rel, edit, code, key, edit_fix", CASES, ids=[c[0] for c in CASES])
-def test_config_rule_reports_the_key_and_its_fix_works(fresh, name, build, rel, edit, code, key, edit_fix):
+def broken(fresh, build: str, rel: str, edit: Callable[[dict], None]):
+    """A valid layout-2 checkpoint of ``build`` with ``edit`` applied to ``rel``."""
     root = fresh("layout-2", build, num_layers=4)
     assert verify(str(root)).ok
     obj = json.loads((root / rel).read_text())
     edit(obj)
     (root / rel).write_text(json.dumps(obj, indent=2))
-    report = verify(str(root))
-    hits = [f for f in report.findings if f.code == code and key in f.message and f.severity == "error"]
-    assert hits, [f.to_dict() for f in report.findings]
+    return root
+
+
+def findings_for(report, code: str, key: str) -> list:
+    return [f for f in report.findings if f.code == code and key in f.message and f.severity == "error"]
+
+
+@pytest.mark.parametrize("name, build, rel, edit, code, key, edit_fix", CASES, ids=[c[0] for c in CASES])
+def test_config_rule_reports_the_key_and_its_fix_works(fresh, name, build, rel, edit, code, key, edit_fix):
+    hits = findings_for(verify(str(broken(fresh, build, rel, edit))), code, key)
+    assert hits, f"no {code} naming {key}"
     assert hits[0].file == rel and hits[0].fix
-    if edit_fix:
-        for f in hits:
-            apply_set_fix(root, f.fix)
-        after = verify(str(root))
-        assert after.ok, [f.to_dict() for f in after.findings]
+    assert bool(SET_FIX.search(hits[0].fix)) == edit_fix, hits[0].fix  # an edit exactly where one value is known
 
 
 @pytest.mark.parametrize("build", ["nvfp4", "fp8", "hybrid", "mixed", "bf16"])
@@ -139,3 +143,30 @@ def test_fp8_dynamic_weights_stay_refused_as_vllm_refuses_them(fresh):
     (root / L.CONFIG).write_text(json.dumps(obj))
     found = [f for f in verify(str(root)).findings if f.code == "quant-config-invalid"]
     assert len(found) == 1 and found[0].message.startswith("vLLM refuses quantization_config")
+
+
+@pytest.mark.parametrize("key", ["architectures", "model_type", "text_config.model_type", "text_config.hidden_act",
+                                 "vision_config.hidden_act", "text_config.rope_parameters",
+                                 "text_config.rope_parameters.rope_type",
+                                 "text_config.rope_parameters.partial_rotary_factor", "vision_config.num_heads",
+                                 "image_token_id", "tie_word_embeddings", "text_config.tie_word_embeddings"])
+def test_any_json_value_in_a_rule_key_is_a_finding_never_a_crash(key):
+    import copy
+
+    from clef_format.fixtures.configs import tiny_config
+    from clef_format.spec.model_spec import ConfigError, parse_config
+    from clef_format.vllm_rules.config_rules import config_problems
+
+    for value in (None, True, -1, 0, 1.5, "x", [], ["x"], [1], {}, {"a": 1}):
+        raw = copy.deepcopy(tiny_config())
+        *parents, leaf = key.split(".")
+        node = raw
+        for k in parents:
+            node = node[k]
+        node[leaf] = value
+        try:
+            cfg = parse_config(raw)
+        except ConfigError:
+            continue  # bad-config, reported by the reader
+        for p in config_problems(raw, cfg):
+            assert p.key and p.message and p.fix
