@@ -53,7 +53,7 @@ CODES: dict[str, str] = {
     "fused-scheme-mismatch": "shards of one fused vLLM layer resolve to different schemes",
     "scheme-tensor-mismatch": "vLLM will build a layer whose scheme differs from the stored tensors",
     "layer-unquantized": "a layer stored or meant quantized resolves to BF16 in vLLM",
-    "quant-config-invalid": "quantization_config is not a valid compressed-tensors config",
+    "quant-config-invalid": "quantization_config is not a valid compressed-tensors config, vLLM cannot build a layer from it, or it contradicts the stored tensors (dynamic weights, a status other than compressed)",
     # deep verification
     "hash-mismatch": "a file's content does not match its expected hash",
     "manifest-missing": "deep verification found nothing to compare a file against",
@@ -74,6 +74,8 @@ CODES: dict[str, str] = {
     # added later (kept at the end: codes are never reordered or renamed)
     "table-value-range": "an int8 table holds -128, outside the format's [-127, 127] (a corrupted file)",
     "workdir-replaced": "migrate replaced the folder the shell was in: cd into it again to see the new files",
+    "config-invalid": "a config.json value vLLM or transformers refuses, or that makes them build a model these weights do not fit (architectures, model_type, activations, RoPE, vision heads, special token ids, tied tables)",
+    "head-config-invalid": "the joint head config contradicts itself or its tensors (heads must divide width; the feedforward width)",
 }
 
 #: Codes that mean the command could not run: the CLI exits 2 when a report holds one of them.

@@ -124,7 +124,7 @@ SCORER = ("residual_scorer.0.weight", "residual_scorer.0.bias", "residual_scorer
 
 
 class HeadProblem(Record):
-    kind: str  # "missing", "shape" (shape or dtype) or "unexpected"
+    kind: str  # "missing", "shape" (shape or dtype), "unexpected", or "config" (config_problems: tensor is the key)
     tensor: str
     message: str
 
@@ -194,6 +194,45 @@ def head_problems(cfg: HeadConfig, tensors: Mapping[str, tuple[str, tuple[int, .
         if dtype != HEAD_DTYPE and name not in reported:
             out.append(HeadProblem("shape", name, f"{name} is {dtype}; every head tensor of the release is {HEAD_DTYPE}"))
     return out
+
+
+def config_problems(cfg: HeadConfig, tensors: Mapping[str, tuple[str, tuple[int, ...]]]) -> list[HeadProblem]:
+    """What the config says that its own values or the tensors contradict, whatever the layers' inner names.
+
+    * ``heads`` must divide ``width``: multi-head attention splits the width into ``heads`` equal heads
+      (torch's ``nn.MultiheadAttention`` asserts ``embed_dim % num_heads == 0``).
+    * every layer of both stacks holds a matrix with the ``feedforward`` width as one dimension: a
+      transformer layer's feed-forward block maps ``width -> feedforward -> width`` (``linear1`` /
+      ``linear2`` in torch's layers), whatever its tensors are named. Skipped when feedforward equals width.
+    ``tensor`` of each problem is the config key.
+    """
+    out: list[HeadProblem] = []
+    if cfg.width % cfg.heads:
+        out.append(HeadProblem("config", "heads", f"heads {cfg.heads} does not divide width {cfg.width}: multi-head "
+                               "attention splits the width into equal heads (JointSchemaHead(**config) fails)"))
+    if cfg.feedforward != cfg.width:
+        layers: dict[str, list[tuple[int, ...]]] = {}
+        for name, (_, shape) in tensors.items():
+            m = _STACK_RE.match(name)
+            if m and len(shape) == 2:
+                layers.setdefault(name[: m.end()], []).append(tuple(shape))
+        lacking = sorted(layer.rstrip(".") for layer, shapes in layers.items()
+                         if not any(cfg.feedforward in s for s in shapes))
+        if lacking:
+            seen = sorted({d for layer in lacking for s in layers[layer + "."] for d in s} - {cfg.width})
+            out.append(HeadProblem("config", "feedforward", f"feedforward {cfg.feedforward} is no dimension of any "
+                                   f"matrix of {', '.join(lacking[:4])}{' ...' if len(lacking) > 4 else ''} "
+                                   f"(their widths other than {cfg.width}: {seen}): the layers' feed-forward blocks "
+                                   "have another width"))
+    return out
+
+
+def feedforward_of(tensors: Mapping[str, tuple[str, tuple[int, ...]]]) -> int | None:
+    """The feed-forward width the layers store, where they use torch's names (``linear1.weight`` rows,
+    the same in every layer of both stacks): the value a ``feedforward`` fix sets. None otherwise."""
+    rows = {tuple(shape)[0] for name, (_, shape) in tensors.items()
+            if _STACK_RE.match(name) and name.endswith(".linear1.weight") and len(shape) == 2}
+    return rows.pop() if len(rows) == 1 else None
 
 
 def _stack_problems(cfg: HeadConfig, tensors: Mapping[str, tuple[str, tuple[int, ...]]]) -> list[HeadProblem]:

@@ -79,6 +79,10 @@ class ModelConfig(Record):
         return self.vision is not None
 
 
+#: ``Qwen3_5TextConfig.head_dim``'s default in transformers 5 (not hidden_size / num_attention_heads):
+#: a config without ``head_dim`` is read with it by transformers and by vLLM, which reads transformers' config.
+DEFAULT_HEAD_DIM = 256
+
 #: Bounds no real model comes near; they keep a hostile config from making verify enumerate
 #: billions of layers or compute with absurd sizes.
 MAX_LAYERS = 4096
@@ -115,7 +119,7 @@ def _text_config(d: Mapping[str, Any], where: str) -> TextConfig:
         layer_types=tuple(layer_types),
         num_attention_heads=heads,
         num_key_value_heads=_int(d, "num_key_value_heads", where),
-        head_dim=_int(d, "head_dim", where, hidden // heads),
+        head_dim=_int(d, "head_dim", where, DEFAULT_HEAD_DIM),
         linear_num_key_heads=_int(d, "linear_num_key_heads", where),
         linear_num_value_heads=_int(d, "linear_num_value_heads", where),
         linear_key_head_dim=_int(d, "linear_key_head_dim", where),

@@ -260,3 +260,42 @@ def scheme_problems(scheme: str, params: Mapping[str, TensorInfo], out_features:
 def scheme_bytes_per_weight(scheme: str) -> float:
     """Approximate bytes per weight element in GPU memory (weights plus their scales)."""
     return {UNQUANTIZED: 2.0, FP8_W8A8: 1.0, NVFP4_W4A4: 0.5 + 1 / NVFP4_GROUP}[scheme]
+
+
+# ----------------------------------------------------------------------------- config facts of compressed-tensors
+
+#: The quantization status of a checkpoint whose weights are stored compressed. transformers'
+#: ``CompressedTensorsConfig.is_quantization_compressed`` reads it: with any other status (absent:
+#: compressed-tensors' default ``initialized``) transformers expects the weights uncompressed and
+#: cannot load packed/FP8 ones; an unknown name fails ``QuantizationConfig`` validation. vLLM does not read it.
+COMPRESSED_STATUS = "compressed"
+
+
+def quant_config_problems(qc: Mapping[str, Any]) -> list[tuple[str, str, Any]]:
+    """(dotted key under config.json, what is wrong, the value a fix sets) for each compressed-tensors
+    fact that the stored tensors of a Clef build contradict, where vLLM may still accept the config:
+
+    * ``weights.dynamic`` true or ``"local"``: compressed-tensors creates no weight scale for fully dynamic
+      weights (``initialize._initialize_scale_zero_point`` returns early) and only a global scale for
+      ``local``: the stored weight scales then belong to no parameter, and transformers cannot load them.
+      (vLLM 0.28/0.33 ignore ``weights.dynamic`` for NVFP4 and refuse it for FP8: ``vllm_rules.matching``.)
+    * ``quantization_status`` other than ``compressed`` (see ``COMPRESSED_STATUS``).
+    """
+    out: list[tuple[str, str, Any]] = []
+    groups = qc.get("config_groups")
+    if isinstance(groups, dict) and groups:
+        for name, group in groups.items():
+            weights = group.get("weights") if isinstance(group, dict) else None
+            if isinstance(weights, dict) and weights.get("dynamic", False) is not False:
+                key = f"quantization_config.config_groups.{name}.weights.dynamic"
+                out.append((key, f"{key} is {weights['dynamic']!r}: weights are stored quantized with their scales, "
+                            "but compressed-tensors stores no weight scale for dynamic weights (it would quantize "
+                            "them on the fly), so the stored scales fit no parameter it builds", False))
+        status = qc.get("quantization_status")
+        if status != COMPRESSED_STATUS:
+            key = "quantization_config.quantization_status"
+            what = "absent (compressed-tensors' default: initialized)" if status is None else repr(status)
+            out.append((key, f"{key} is {what}: the weights are stored compressed, and transformers decompresses "
+                        f"them only when the status is {COMPRESSED_STATUS!r} (vLLM does not read it)",
+                        COMPRESSED_STATUS))
+    return out

@@ -11,6 +11,8 @@ import pytest
 from clef_format.cli.main import main
 from clef_format.fixtures.broken import BROKEN, build_broken
 from clef_format.verify.run import verify
+from tests.verify.test_config_rules import CASES as CONFIG_CASES
+from tests.verify.test_config_rules import apply_set_fix, broken, findings_for
 
 COMMAND = re.compile(r"clef-format (migrate) (\S+) --to ([\w-]+)")
 
@@ -71,3 +73,17 @@ def test_an_invalid_marker_fix_is_an_edit_that_works(fresh, marker):
     cfg[m.group(1)] = m.group(2)
     (root / L.HEAD_CONFIG).write_text(json.dumps(cfg))
     assert verify(str(root)).ok
+
+
+@pytest.mark.parametrize("case", [c for c in CONFIG_CASES if c[6]], ids=[c[0] for c in CONFIG_CASES if c[6]])
+def test_every_config_edit_fix_removes_its_finding(fresh, case):
+    """The config rules' fixes (``set "key": value in FILE``, tests/verify/test_config_rules.py): applying
+    each fix of the broken config leaves a checkpoint that verifies OK."""
+    name, build, rel, edit, code, key, _ = case
+    root = broken(fresh, build, rel, edit)
+    hits = findings_for(verify(str(root)), code, key)
+    assert hits
+    for f in hits:
+        apply_set_fix(root, f.fix)
+    after = verify(str(root))
+    assert after.ok, [f.to_dict() for f in after.findings]

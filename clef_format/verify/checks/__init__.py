@@ -10,6 +10,7 @@ from clef_format.read.checkpoint import Checkpoint
 from clef_format.spec.findings import Finding
 from clef_format.verify.checks.backbone import check_backbone
 from clef_format.verify.checks.cache import check_cache
+from clef_format.verify.checks.config import check_config
 from clef_format.verify.checks.head import check_head
 from clef_format.verify.checks.layout import check_layout
 from clef_format.verify.checks.patterns import check_patterns
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 
 CHECKS: list[Check] = [
     check_layout,
+    check_config,
     check_backbone,
     check_tables,
     check_head,

@@ -9,7 +9,7 @@ if TYPE_CHECKING:
 from clef_format.read.checkpoint import Checkpoint
 from clef_format.spec import layouts as L
 from clef_format.spec.findings import Finding, error
-from clef_format.spec.joint_head import HeadConfigError, head_problems, parse_head_config
+from clef_format.spec.joint_head import HeadConfigError, config_problems, feedforward_of, head_problems, parse_head_config
 
 _FIX = "re-download the joint head files of this revision"
 #: Findings listed per head file (a hostile or foreign file must not flood the report).
@@ -37,6 +37,12 @@ def check_head(ck: Checkpoint) -> Iterator[Finding]:
     if header is None:
         return
     tensors = {name: (info.dtype, info.shape) for name, info in header.tensors.items()}
+    for p in config_problems(cfg, tensors):
+        value = feedforward_of(tensors) if p.tensor == "feedforward" else None
+        fix = (f'set "feedforward": {value} in {config_rel}' if value is not None else
+               f"set {p.tensor} in {config_rel} to the value the head was trained with (the release: "
+               f"{'16, dividing width 1024' if p.tensor == 'heads' else '4096'})")
+        yield error("head-config-invalid", f"{config_rel}: {p.message}", file=config_rel, fix=fix)
     problems = head_problems(cfg, tensors)
     for p in problems[:_MAX_FINDINGS]:
         code = "head-unexpected" if p.kind == "unexpected" else "head-incomplete"

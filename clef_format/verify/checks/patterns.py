@@ -164,7 +164,13 @@ def check_patterns(ck: Any) -> list[Finding]:
     if getattr(ck, "config", None) is None or model_cfg is None:
         return []
     version = getattr(ck, "vllm_version", None) or vllm_names.DEFAULT_VLLM
-    return pattern_findings(model_cfg, getattr(ck, "backbone", {}) or {}, version)
+    findings = pattern_findings(model_cfg, getattr(ck, "backbone", {}) or {}, version)
+    if model_cfg.quantization and not any(f.code == "quant-config-invalid" for f in findings):
+        from clef_format.vllm_rules.config_rules import set_fix
+
+        findings += [Finding("quant-config-invalid", "error", message, file=CONFIG_FILE, fix=set_fix(key, value))
+                     for key, message, value in schemes.quant_config_problems(model_cfg.quantization)]
+    return findings
 
 
 def pattern_findings(model_cfg: ModelConfig, backbone: dict[str, Any], version: str = vllm_names.DEFAULT_VLLM,

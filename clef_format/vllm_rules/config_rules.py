@@ -1,0 +1,167 @@
+"""config.json values that make vLLM (or transformers, through which vLLM reads config.json) refuse a
+Clef checkpoint or build a model its weights do not fit, although every tensor shape still agrees.
+
+Each rule is read from the vLLM 0.28.0 and 0.33.0 wheels and transformers 5.20 / 5.24 (the versions
+the real-vLLM tiers install); the source of each is named beside it. Pure: no torch, no vllm.
+"""
+
+from __future__ import annotations
+
+import json
+
+from clef_format.records import Record
+
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Any, Mapping
+
+from clef_format.spec.model_spec import ModelConfig
+from clef_format.vllm_rules.names import MULTIMODAL_ARCH, vllm_arch
+
+#: ``model_type`` per served class: transformers' AutoConfig picks the config class by it (an unknown
+#: or missing one is refused: "does not recognize this architecture" / "Should have a model_type key").
+MODEL_TYPE = {MULTIMODAL_ARCH: "qwen3_5", "Qwen3_5ForCausalLM": "qwen3_5_text"}
+#: The text config's model_type: vLLM's Qwen3_5DecoderLayer builds its MLP only for this value and
+#: raises ``ValueError("Invalid model_type ...")`` otherwise (models/qwen3_5.py); transformers keeps
+#: whatever the dict says (configuration_utils.create_subconfig), and a dict without one gets this.
+TEXT_MODEL_TYPE = "qwen3_5_text"
+#: vLLM's Qwen3.5 MLP (qwen2_moe.Qwen2MoeMLP): "Only silu is supported for now".
+TEXT_ACT = "silu"
+#: ``_ACTIVATION_REGISTRY`` of layers/activation.py (0.28 and 0.33 alike): the vision MLP looks its
+#: activation up there (qwen3_vl.py ``_ACTIVATION_REGISTRY[vision_config.hidden_act]``, a KeyError otherwise).
+VISION_ACTS = frozenset({"gelu", "gelu_fast", "gelu_new", "gelu_pytorch_tanh", "relu", "relu2", "silu", "swish",
+                         "quick_gelu", "tanh", "sigmoid", "xielu"})
+#: ``rope_type`` values ``get_rope`` (layers/rotary_embedding/__init__.py) builds; any other raises
+#: ``ValueError("Unknown RoPE scaling type")``. Read from each proven version's wheel.
+ROPE_TYPES = {
+    "0.28": frozenset({"default", "proportional", "llama3", "mllama4", "linear", "ntk", "dynamic", "xdrope", "yarn",
+                       "longrope", "openpangu", "telechat3-yarn"}),
+    "0.33": frozenset({"bailing_mrope", "default", "proportional", "llama3", "mllama4", "linear", "ntk", "dynamic",
+                       "yarn", "longrope", "openpangu"}),
+}
+#: ``Qwen3_5Config``'s special token ids and their transformers defaults (used when a key is absent).
+TOKEN_IDS = {"image_token_id": 248056, "video_token_id": 248057, "vision_start_token_id": 248053,
+             "vision_end_token_id": 248054}
+
+
+class ConfigProblem(Record):
+    """One config.json value vLLM or transformers cannot serve these weights with."""
+
+    key: str  # dotted path in config.json
+    message: str
+    fix: str
+
+
+def set_fix(key: str, value: Any, rel: str = "config.json") -> str:
+    """The one phrasing of an edit fix (tests/scenarios/test_fixes.py applies it)."""
+    return f"set {json.dumps(key)}: {json.dumps(value)} in {rel}"
+
+
+def config_problems(raw: Mapping[str, Any], cfg: ModelConfig, tables_stored: bool = True) -> list[ConfigProblem]:
+    """Every problem of ``raw`` (config.json, already parsed into ``cfg``) under the rules above.
+
+    ``tables_stored``: the checkpoint stores embed_tokens and lm_head as two tables (every Clef layout
+    does: the backbone, the int8 tables file or the release).
+    """
+    out: list[ConfigProblem] = []
+    arch = vllm_arch(cfg)
+    text_raw = raw.get("text_config") if cfg.multimodal or isinstance(raw.get("text_config"), dict) else raw
+    text_prefix = "text_config." if text_raw is not raw else ""
+    if not isinstance(text_raw, dict):
+        text_raw = {}
+    if cfg.architecture != arch:
+        out.append(ConfigProblem(
+            "architectures", f"architectures[0] is {cfg.architecture!r}, but this config (with"
+            f"{'' if cfg.multimodal else 'out'} vision_config) is served by {arch}: vLLM builds the class "
+            "architectures names (an unknown name is refused, another class does not fit these weights)",
+            set_fix("architectures", [arch])))
+    want_type = MODEL_TYPE[arch]
+    model_type = raw.get("model_type")
+    if model_type != want_type:
+        what = "has no model_type" if model_type is None else f"has model_type {model_type!r}"
+        out.append(ConfigProblem(
+            "model_type", f"config.json {what}: transformers' AutoConfig, which vLLM reads config.json with, picks "
+            f"the config class by it and needs {want_type!r} for {arch}", set_fix("model_type", want_type)))
+    if text_prefix and "model_type" in text_raw and text_raw["model_type"] != TEXT_MODEL_TYPE:
+        out.append(ConfigProblem(
+            "text_config.model_type", f"text_config.model_type is {text_raw['model_type']!r}: vLLM's Qwen3.5 decoder "
+            f"layer raises ValueError (Invalid model_type) for anything but {TEXT_MODEL_TYPE!r}",
+            set_fix("text_config.model_type", TEXT_MODEL_TYPE)))
+    act = text_raw.get("hidden_act", TEXT_ACT)
+    if act != TEXT_ACT:
+        out.append(ConfigProblem(
+            f"{text_prefix}hidden_act", f"{text_prefix}hidden_act is {act!r}: vLLM's Qwen3.5 MLP supports only "
+            f"{TEXT_ACT!r} (ValueError)", set_fix(f"{text_prefix}hidden_act", TEXT_ACT)))
+    out += _rope_problems(text_raw, text_prefix)
+    if cfg.multimodal:
+        vision = raw.get("vision_config") or {}
+        vact = vision.get("hidden_act", "gelu_pytorch_tanh")
+        if not isinstance(vact, str) or vact not in VISION_ACTS:
+            out.append(ConfigProblem(
+                "vision_config.hidden_act", f"vision_config.hidden_act is {vact!r}, not an activation vLLM knows "
+                "(KeyError building the vision MLP)", set_fix("vision_config.hidden_act", "gelu_pytorch_tanh")))
+        heads = vision.get("num_heads", 16)
+        if isinstance(heads, int) and not isinstance(heads, bool) and (heads <= 0 or cfg.vision.hidden_size % heads):
+            out.append(ConfigProblem(
+                "vision_config.num_heads", f"vision_config.num_heads {heads} does not divide vision_config.hidden_size "
+                f"{cfg.vision.hidden_size}: vLLM's vision attention splits the width into equal heads (divide() "
+                "asserts)", f"set vision_config.num_heads to the value of the export (a divisor of "
+                f"{cfg.vision.hidden_size}; Qwen3.5: 16)"))
+        out += _token_problems(raw, cfg.text.vocab_size)
+    if tables_stored:
+        keys = ["tie_word_embeddings"] if not text_prefix else ["tie_word_embeddings", "text_config.tie_word_embeddings"]
+        for key in keys:
+            holder = text_raw if key.startswith("text_config.") else raw
+            if holder.get(key.rsplit(".", 1)[-1]) is True:
+                if not text_prefix:
+                    reader = "vLLM and transformers tie lm_head to embed_tokens, and one stored table is lost"
+                elif key.startswith("text_config."):
+                    reader = "vLLM reads the text config and ties lm_head to embed_tokens: one stored table is lost"
+                else:
+                    reader = "transformers ties lm_head to embed_tokens and drops the stored lm_head"
+                out.append(ConfigProblem(
+                    key, f"{key} is true, but this checkpoint stores embed_tokens and lm_head as two tables "
+                    f"(Clef's lm_head is untied): {reader}", set_fix(key, False)))
+    return out
+
+
+def _rope_problems(text: Mapping[str, Any], prefix: str) -> list[ConfigProblem]:
+    rope = text.get("rope_parameters")
+    if not isinstance(rope, dict):
+        return []
+    out: list[ConfigProblem] = []
+    key = f"{prefix}rope_parameters"
+    factor = rope.get("partial_rotary_factor")
+    number = isinstance(factor, (int, float)) and not isinstance(factor, bool)
+    if rope.get("rope_dim") is None and factor is not None and not (number and 0.0 < factor <= 1.0):
+        out.append(ConfigProblem(
+            f"{key}.partial_rotary_factor", f"{key}.partial_rotary_factor is {factor!r}: vLLM's get_rope refuses "
+            "anything but a number in (0, 1] (ValueError)", set_fix(f"{key}.partial_rotary_factor", 0.25)))
+    rope_type = rope.get("rope_type", "default")
+    known = [v for v, types in ROPE_TYPES.items() if isinstance(rope_type, str) and rope_type in types]
+    if len(known) < len(ROPE_TYPES):
+        where = "neither vLLM 0.28 nor 0.33" if not known else \
+            "vLLM " + " and ".join(v for v in ROPE_TYPES if v not in known) + f" (only {', '.join(known)})"
+        out.append(ConfigProblem(
+            f"{key}.rope_type", f"{key}.rope_type {rope_type!r} is a RoPE type {where} builds (ValueError: Unknown "
+            "RoPE scaling type)", set_fix(f"{key}.rope_type", "default")))
+    return out
+
+
+def _token_problems(raw: Mapping[str, Any], vocab: int) -> list[ConfigProblem]:
+    out: list[ConfigProblem] = []
+    ids = {k: raw.get(k, default) for k, default in TOKEN_IDS.items()}
+    seen: dict[Any, str] = {}
+    for key, value in ids.items():
+        given = "" if key in raw else f" (absent: transformers' default {value})"
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < vocab:
+            out.append(ConfigProblem(key, f"{key} {value!r}{given} is not a token id below vocab_size {vocab}: the "
+                                     "embedding lookup of that token fails", f"set {key} to the id the tokenizer gives "
+                                     "that token (tokenizer.json added_tokens)"))
+        elif value in seen:
+            out.append(ConfigProblem(key, f"{key} {value}{given} is also {seen[value]}: the two special tokens cannot "
+                                     "share an id", f"set {key} to the id the tokenizer gives that token "
+                                     "(tokenizer.json added_tokens)"))
+        else:
+            seen[value] = key
+    return out

@@ -1,0 +1,172 @@
+"""The config rules that no tensor shape shows: each edit of a valid checkpoint's config is reported
+with its code, names the key and carries a fix (tests/scenarios/test_fixes.py applies the edit fixes)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Callable
+
+import pytest
+
+from clef_format.spec import layouts as L
+from clef_format.verify.run import verify
+
+#: ``set "a.b.c": <json> in FILE``: the one phrasing of an edit fix (config_rules.set_fix, the marker fix).
+SET_FIX = re.compile(r'set "([^"]+)": (.+) in (\S+)$')
+
+
+def apply_set_fix(root, fix: str) -> None:
+    m = SET_FIX.search(fix)
+    assert m, fix
+    key, value, rel = m.group(1), json.loads(m.group(2)), m.group(3)
+    path = root / rel
+    obj = json.loads(path.read_text())
+    *parents, leaf = key.split(".")
+    node = obj
+    for k in parents:
+        node = node[k]
+    node[leaf] = value
+    path.write_text(json.dumps(obj, indent=2))
+
+
+def _set(path: str, value: Any) -> Callable[[dict], None]:
+    def edit(obj: dict) -> None:
+        *parents, leaf = path.split(".")
+        for k in parents:
+            obj = obj[k]
+        if value is _REMOVE:
+            obj.pop(leaf)
+        else:
+            obj[leaf] = value
+    return edit
+
+
+_REMOVE = object()
+
+#: (id, build, file, edit, code, key the finding names, whether the fix is an edit that works)
+CASES = [
+    ("architectures-other", "hybrid", L.CONFIG, _set("architectures", ["Qwen3_5ForCausalLM"]), "config-invalid",
+     "architectures", True),
+    ("architectures-unknown", "bf16", L.CONFIG, _set("architectures", ["Qwen3_5ForConditionalGeneration-x"]),
+     "config-invalid", "architectures", True),
+    ("model_type-other", "bf16", L.CONFIG, _set("model_type", "qwen3_5_moe"), "config-invalid", "model_type", True),
+    ("model_type-removed", "bf16", L.CONFIG, _set("model_type", _REMOVE), "config-invalid", "model_type", True),
+    ("text-model_type", "bf16", L.CONFIG, _set("text_config.model_type", "qwen3_5_moe_text"), "config-invalid",
+     "text_config.model_type", True),
+    ("hidden_act", "bf16", L.CONFIG, _set("text_config.hidden_act", "gelu"), "config-invalid",
+     "text_config.hidden_act", True),
+    ("vision-hidden_act", "bf16", L.CONFIG, _set("vision_config.hidden_act", "gelu-x"), "config-invalid",
+     "vision_config.hidden_act", True),
+    ("rope_type", "bf16", L.CONFIG, _set("text_config.rope_parameters.rope_type", "default-x"), "config-invalid",
+     "rope_type", True),
+    ("partial_rotary_factor", "bf16", L.CONFIG, _set("text_config.rope_parameters.partial_rotary_factor", 1.5),
+     "config-invalid", "partial_rotary_factor", True),
+    ("vision-num_heads", "bf16", L.CONFIG, _set("vision_config.num_heads", 3), "config-invalid",
+     "vision_config.num_heads", False),
+    ("token-id-shared", "bf16", L.CONFIG, _set("vision_start_token_id", 503), "config-invalid",
+     "vision_start_token_id", False),
+    ("token-id-out-of-vocab", "bf16", L.CONFIG, _set("image_token_id", 512), "config-invalid", "image_token_id", False),
+    ("token-id-default-out-of-vocab", "bf16", L.CONFIG, _set("video_token_id", _REMOVE), "config-invalid",
+     "video_token_id", False),
+    ("tie-text", "hybrid", L.CONFIG, _set("text_config.tie_word_embeddings", True), "config-invalid",
+     "text_config.tie_word_embeddings", True),
+    ("tie-top", "hybrid", L.CONFIG, _set("tie_word_embeddings", True), "config-invalid", "tie_word_embeddings", True),
+    ("weights-dynamic", "nvfp4", L.CONFIG, _set("quantization_config.config_groups.group_0.weights.dynamic", True),
+     "quant-config-invalid", "weights.dynamic", True),
+    ("weights-dynamic-local", "nvfp4", L.CONFIG,
+     _set("quantization_config.config_groups.group_0.weights.dynamic", "local"), "quant-config-invalid",
+     "weights.dynamic", True),
+    ("status-removed", "hybrid", L.CONFIG, _set("quantization_config.quantization_status", _REMOVE),
+     "quant-config-invalid", "quantization_status", True),
+    ("status-frozen", "fp8", L.CONFIG, _set("quantization_config.quantization_status", "frozen"),
+     "quant-config-invalid", "quantization_status", True),
+    ("head-heads", "bf16", L.HEAD_CONFIG, _set("heads", 5), "head-config-invalid", "heads", False),
+    ("head-feedforward", "bf16", L.HEAD_CONFIG, _set("feedforward", 128), "head-config-invalid", "feedforward", True),
+]
+
+
+def broken(fresh, build: str, rel: str, edit: Callable[[dict], None]):
+    """A valid layout-2 checkpoint of ``build`` with ``edit`` applied to ``rel``."""
+    root = fresh("layout-2", build, num_layers=4)
+    assert verify(str(root)).ok
+    obj = json.loads((root / rel).read_text())
+    edit(obj)
+    (root / rel).write_text(json.dumps(obj, indent=2))
+    return root
+
+
+def findings_for(report, code: str, key: str) -> list:
+    return [f for f in report.findings if f.code == code and key in f.message and f.severity == "error"]
+
+
+@pytest.mark.parametrize("name, build, rel, edit, code, key, edit_fix", CASES, ids=[c[0] for c in CASES])
+def test_config_rule_reports_the_key_and_its_fix_works(fresh, name, build, rel, edit, code, key, edit_fix):
+    hits = findings_for(verify(str(broken(fresh, build, rel, edit))), code, key)
+    assert hits, f"no {code} naming {key}"
+    assert hits[0].file == rel and hits[0].fix
+    assert bool(SET_FIX.search(hits[0].fix)) == edit_fix, hits[0].fix  # an edit exactly where one value is known
+
+
+@pytest.mark.parametrize("build", ["nvfp4", "fp8", "hybrid", "mixed", "bf16"])
+def test_published_builds_meet_every_config_rule(fresh, build):
+    root = fresh("layout-2", build, num_layers=4)
+    codes = verify(str(root)).codes()
+    assert not {"config-invalid", "head-config-invalid", "quant-config-invalid"} & set(codes)
+
+
+def test_text_only_and_full_size_configs_meet_the_config_rules():
+    from clef_format.fixtures.configs import full_config, tiny_config
+    from clef_format.spec.model_spec import parse_config
+    from clef_format.vllm_rules.config_rules import config_problems
+
+    for raw in (full_config(), tiny_config(), tiny_config(multimodal=False)):
+        assert config_problems(raw, parse_config(raw)) == []
+
+
+def test_head_dim_absent_reads_as_transformers_default():
+    """transformers' Qwen3_5TextConfig defaults head_dim to 256, not hidden_size / num_attention_heads."""
+    from clef_format.fixtures.configs import tiny_config
+    from clef_format.spec.model_spec import parse_config
+
+    raw = tiny_config()
+    raw["text_config"].pop("head_dim")
+    assert parse_config(raw).text.head_dim == 256
+
+
+def test_fp8_dynamic_weights_stay_refused_as_vllm_refuses_them(fresh):
+    """vLLM refuses FP8 dynamic channel weights itself (compressed-tensors' validation): the resolver's
+    finding alone, not a second one from the compressed-tensors facts."""
+    root = fresh("layout-2", "fp8", num_layers=4)
+    obj = json.loads((root / L.CONFIG).read_text())
+    obj["quantization_config"]["config_groups"]["group_0"]["weights"]["dynamic"] = True
+    (root / L.CONFIG).write_text(json.dumps(obj))
+    found = [f for f in verify(str(root)).findings if f.code == "quant-config-invalid"]
+    assert len(found) == 1 and found[0].message.startswith("vLLM refuses quantization_config")
+
+
+@pytest.mark.parametrize("key", ["architectures", "model_type", "text_config.model_type", "text_config.hidden_act",
+                                 "vision_config.hidden_act", "text_config.rope_parameters",
+                                 "text_config.rope_parameters.rope_type",
+                                 "text_config.rope_parameters.partial_rotary_factor", "vision_config.num_heads",
+                                 "image_token_id", "tie_word_embeddings", "text_config.tie_word_embeddings"])
+def test_any_json_value_in_a_rule_key_is_a_finding_never_a_crash(key):
+    import copy
+
+    from clef_format.fixtures.configs import tiny_config
+    from clef_format.spec.model_spec import ConfigError, parse_config
+    from clef_format.vllm_rules.config_rules import config_problems
+
+    for value in (None, True, -1, 0, 1.5, "x", [], ["x"], [1], {}, {"a": 1}):
+        raw = copy.deepcopy(tiny_config())
+        *parents, leaf = key.split(".")
+        node = raw
+        for k in parents:
+            node = node[k]
+        node[leaf] = value
+        try:
+            cfg = parse_config(raw)
+        except ConfigError:
+            continue  # bad-config, reported by the reader
+        for p in config_problems(raw, cfg):
+            assert p.key and p.message and p.fix
