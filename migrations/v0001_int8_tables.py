@@ -25,7 +25,7 @@ from_layout = L.Layout.LAYOUT_1.value
 to_layout = L.Layout.LAYOUT_2.value
 description = "int8 tables in clef_head/tables_int8.safetensors + requires_clef_vllm marker (2026-10-07)"
 
-SOURCE_DTYPES = ("BF16", "F16", "F32")
+SOURCE_DTYPES = TF.SOURCE_DTYPES
 #: The tables are checked in full against the format's rule before either direction runs: a NaN in a
 #: BF16 table (upgrade) or an int8 -128 (downgrade) refuses, as ``verify --deep`` reports it.
 DEEP_CHECK = True

@@ -30,10 +30,8 @@ import sys
 import numpy as np
 
 from clef_format.errors import NonFiniteRows
-from clef_format.spec.tables_format import QMAX
+from clef_format.spec.tables_format import QMAX, SOURCE_DTYPES  # the table dtypes: one home, the format
 
-#: Source dtypes of a table (safetensors names).
-SOURCE_DTYPES = ("BF16", "F16", "F32")
 #: Rows per compute block: 64 x 4096 float32 = 1 MiB per scratch buffer, near the core's caches.
 BLOCK_ROWS = 64
 

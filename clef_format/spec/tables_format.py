@@ -53,6 +53,11 @@ while _SCALE_MAX_BITS and struct.unpack("<f", _SCALE_MAX_BITS.to_bytes(4, "littl
     _SCALE_MAX_BITS -= 1  # the largest F32 whose product with 127 is still a finite BF16
 _SCALE_SAFE_HIGH = bytes(range(_SCALE_MAX_BITS >> 24))  # high bytes that are certainly a valid scale
 
+#: The table dtypes a tables file may be made from (and a downgrade may restore).
+SOURCE_DTYPES = ("BF16", "F16", "F32")
+#: The figures ``quality`` records per table (``quant.int8_numpy.QualityMeter.figures``), each a finite number.
+QUALITY_FIGURES = ("rel_error", "mean_row_cosine", "min_row_cosine", "max_row_rel_error")
+
 #: Metadata keys the file must carry, and the value each must have where it is fixed.
 REQUIRED_METADATA: dict[str, str | None] = {
     "format": "pt",
@@ -89,7 +94,7 @@ def metadata_for(source_dtype: str, quality: Mapping[str, Mapping[str, float]]) 
     }
 
 
-def metadata_problems(metadata: Mapping[str, str]) -> list[str]:
+def metadata_problems(metadata: Mapping[str, str], tables: tuple[str, ...] | None = None) -> list[str]:
     """What is wrong with a tables file's metadata; empty when it matches the format."""
     problems = []
     for key, fixed in REQUIRED_METADATA.items():
@@ -97,14 +102,34 @@ def metadata_problems(metadata: Mapping[str, str]) -> list[str]:
             problems.append(f"metadata lacks {key!r}")
         elif fixed is not None and metadata[key] != fixed:
             problems.append(f"metadata {key}={metadata[key]!r}, expected {fixed!r}")
+    if "source_dtype" in metadata and metadata["source_dtype"] not in SOURCE_DTYPES:
+        problems.append(f"metadata source_dtype={metadata['source_dtype']!r}, expected one of {', '.join(SOURCE_DTYPES)}")
     if "quality" in metadata:
-        try:
-            quality: Any = json.loads(metadata["quality"])
-            if not isinstance(quality, dict):
-                raise ValueError
-        except ValueError:
-            problems.append("metadata 'quality' is not a JSON object")
+        problems += _quality_problems(metadata["quality"], tables)
     return problems
+
+
+def _quality_problems(text: str, tables: tuple[str, ...] | None) -> list[str]:
+    """``quality`` is a JSON object: per table, an object with each of QUALITY_FIGURES a finite number."""
+    import math
+
+    try:
+        quality: Any = json.loads(text)
+    except ValueError:
+        return ["metadata 'quality' is not JSON"]
+    if not isinstance(quality, dict):
+        return ["metadata 'quality' is not a JSON object"]
+    out = []
+    if tables is not None and set(quality) != set(tables):
+        out.append(f"metadata 'quality' describes {sorted(quality)}, expected the tables {sorted(tables)}")
+    for name, figures in sorted(quality.items()):
+        if not isinstance(figures, dict):
+            out.append(f"metadata 'quality' of {name!r} is not an object")
+            continue
+        bad = [k for k in QUALITY_FIGURES if type(figures.get(k)) not in (int, float) or not math.isfinite(figures[k])]
+        if bad:
+            out.append(f"metadata 'quality' of {name!r} lacks finite {', '.join(bad)}")
+    return out
 
 
 class Problems:

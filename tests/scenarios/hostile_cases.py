@@ -398,6 +398,11 @@ CASES: list[Case] = [
                                                             b'">=0.2.0"}'), "bad-config"),
     Case("config-key-twice", lambda root: (root / "config.json").write_text(
         (root / "config.json").read_text().replace('{', '{"model_type": "llama", ', 1)), "bad-config"),
+    Case("tables-quality-empty", edit_header(TABLES, lambda h: h["__metadata__"].update(quality="{}")), "tables-metadata"),
+    Case("tables-quality-not-figures", edit_header(TABLES, lambda h: h["__metadata__"].update(
+        quality='{"lm_head.weight": 5, "model.language_model.embed_tokens.weight": {}}')), "tables-metadata"),
+    Case("tables-source-dtype-int", edit_header(TABLES, lambda h: h["__metadata__"].update(source_dtype="I8")),
+         "tables-metadata"),
     Case("stray-root-safetensors", lambda root: shutil.copy(root / BACKBONE, root / "adapter.safetensors"),
          "stray-weights"),
     Case("stray-root-shard-name", lambda root: shutil.copy(root / BACKBONE, root / "model-00001-of-00002.safetensors"),

@@ -102,7 +102,7 @@ def check_tables(ck: Checkpoint) -> Iterator[Finding]:
     for name in sorted(set(header.tensors) - set(expected)):
         yield error("table-shape", f"{L.TABLES} holds {name}, which the format does not define",
                     file=L.TABLES, tensor=name, fix=_FIX)
-    for problem in TF.metadata_problems(header.metadata):
+    for problem in TF.metadata_problems(header.metadata, tuple(ck.tables)):
         yield error("tables-metadata", f"{L.TABLES}: {problem}", file=L.TABLES, fix=_FIX)
     for table in ck.tables:
         scale = TF.scale_name(table)
