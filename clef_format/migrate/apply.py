@@ -251,15 +251,22 @@ def _rmtree(path: str) -> None:
     raise OSError(errno.ENOTEMPTY, f"cannot delete {path}", path)
 
 
+def _discard(target: Target, path: str) -> None:
+    """Remove a parked tree: renamed aside first (one atomic step), then deleted, so a tree still at
+    ``new`` or ``old`` is always complete and ``--abort`` can always put it back."""
+    if not os.path.lexists(path):
+        return
+    doomed = os.path.join(target.ws, "discard")
+    _rmtree(doomed)  # what an earlier, interrupted cleanup had begun to delete
+    os.rename(path, doomed)
+    _rmtree(doomed)
+
+
 def _cleanup(target: Target) -> None:
-    journal = read_journal(target)
-    if journal is not None and journal.get("phase") != "cleaning":
-        journal["phase"] = "cleaning"  # from here the original tree is being removed: no rollback any more
-        write_journal(target, journal)
     crashpoint("cleanup")
-    _rmtree(target.new)
+    _discard(target, target.new)
     crashpoint("cleanup")
-    _rmtree(target.old)
+    _discard(target, target.old)
     try:
         os.unlink(target.journal_path)
     except FileNotFoundError:
@@ -369,14 +376,19 @@ def _decide(target: Target, source_ck: Checkpoint | None, abort: bool) -> tuple[
         return "remove", "removed an interrupted run's workspace (it held no journal, so nothing in it was needed)", None
     phase = journal.get("phase")
     what = f"{journal.get('revision')} {journal.get('direction')}"
-    swapped = phase in ("swapped", "cleaning") or (phase == "staged" and _swapped(target, journal))
-    if swapped and abort and phase != "cleaning":
+    swapped = phase == "swapped" or (phase == "staged" and _swapped(target, journal))
+    parked = os.path.isdir(target.new) or os.path.isdir(target.old)  # complete by construction (_discard)
+    made_output = journal.get("in_place") is False and not parked  # an --output that did not exist before
+    if swapped and abort and parked:
         return "unswap", (f"rolled back the interrupted migration {what}: it had swapped its new tree in, and the "
                           f"original tree, still complete in the workspace, is back at {target.path}"), journal
+    if swapped and abort and made_output:
+        return "unswap", (f"rolled back the interrupted migration {what}: removed the output {target.path} it had "
+                          "created (the source was never changed)"), journal
     if swapped:
         note = f"the interrupted migration {what} had completed; finished its cleanup"
         if abort:
-            note += (" (it cannot be rolled back: its cleanup had begun, so the original tree is gone; "
+            note += (" (it cannot be rolled back: its cleanup had already removed the original tree; "
                      "migrate --to the previous layout goes back)")
         return "cleanup", note, journal
     if phase == "staged" and not os.path.lexists(target.path) and os.path.isdir(target.old):
@@ -411,7 +423,7 @@ def _unswap(target: Target) -> None:
             fsutil.fsync_dir(target.ws)
         os.rename(target.old, target.path)
         fsutil.fsync_dir(target.parent)
-    elif not target.in_place and os.path.lexists(target.path):  # an output that did not exist before
+    elif os.path.lexists(target.path):  # an output that did not exist before (the journal says out of place)
         os.rename(target.path, target.new)
         fsutil.fsync_dir(target.parent)
     _rmtree(target.ws)

@@ -31,6 +31,7 @@ import pytest
 
 from clef_format.cli.main import main
 from tests.migrate.helpers import verified
+from tests.scenarios.libc_wrap import Libc
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
@@ -110,22 +111,14 @@ def _install(monkeypatch: pytest.MonkeyPatch, trace: Trace) -> None:
         real_replace(src, dst, *a, **k)
         trace.add("publish", _norm(src), _norm(dst))
 
-    class Libc:
-        def __init__(self, lib: Any) -> None:
-            self._lib = lib
+    def recording_renameat2(real: Callable[..., int]) -> Callable[..., int]:
+        def renameat2(olddir: int, old: bytes, newdir: int, new: bytes, flags: int) -> int:
+            rc = real(olddir, old, newdir, new, flags)
+            if rc == 0:  # an exchange publishes both names at once
+                trace.add("exchange", _norm(old), _norm(new))
+            return rc
 
-        def __getattr__(self, attr: str) -> Any:
-            real = getattr(self._lib, attr)
-            if attr != "renameat2":
-                return real
-
-            def renameat2(olddir: int, old: bytes, newdir: int, new: bytes, flags: int) -> int:
-                rc = real(olddir, old, newdir, new, flags)
-                if rc == 0:  # an exchange publishes both names at once
-                    trace.add("exchange", _norm(old), _norm(new))
-                return rc
-
-            return renameat2
+        return renameat2
 
     real_cdll = ctypes.CDLL
     monkeypatch.setattr(os, "open", t_open)
@@ -137,7 +130,7 @@ def _install(monkeypatch: pytest.MonkeyPatch, trace: Trace) -> None:
     monkeypatch.setattr(os, "unlink", t_unlink)
     monkeypatch.setattr(os, "remove", t_remove)
     monkeypatch.setattr(os, "replace", t_replace)
-    monkeypatch.setattr(ctypes, "CDLL", lambda *a, **k: Libc(real_cdll(*a, **k)))
+    monkeypatch.setattr(ctypes, "CDLL", lambda *a, **k: Libc(real_cdll(*a, **k), recording_renameat2))
 
 
 def _inside(path: str, tree: str) -> bool:

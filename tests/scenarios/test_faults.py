@@ -33,6 +33,7 @@ import pytest
 
 from clef_format.cli.main import main
 from tests.migrate.helpers import backbone_digests, siblings, table_bytes, verified
+from tests.scenarios.libc_wrap import Libc
 
 MIGRATE_DIR = str(Path(__file__).resolve().parents[2] / "clef_format" / "migrate") + os.sep
 #: Library files whose OS calls are made on behalf of the migrate line that called them.
@@ -127,24 +128,16 @@ def _wrap(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-class _LibcProxy:
-    def __init__(self, lib: Any) -> None:
-        self._lib = lib
+def _failing_renameat2(real: Callable[..., int]) -> Callable[..., int]:
+    def renameat2(*args: Any) -> int:
+        if ACTIVE:
+            err = ACTIVE[0].check("renameat2", Layer.site_of("renameat2"))
+            if err is not None:
+                ctypes.set_errno(err)
+                return -1
+        return real(*args)
 
-    def __getattr__(self, attr: str) -> Any:
-        real = getattr(self._lib, attr)
-        if attr != "renameat2":
-            return real
-
-        def renameat2(*args: Any) -> int:
-            if ACTIVE:
-                err = ACTIVE[0].check("renameat2", Layer.site_of("renameat2"))
-                if err is not None:
-                    ctypes.set_errno(err)
-                    return -1
-            return real(*args)
-
-        return renameat2
+    return renameat2
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +154,7 @@ def layer() -> Any:
     patch(fcntl, "flock", _wrap("flock", fcntl.flock))
     patch(fcntl, "ioctl", _wrap("ioctl", fcntl.ioctl))
     real_cdll = ctypes.CDLL
-    patch(ctypes, "CDLL", lambda *a, **k: _LibcProxy(real_cdll(*a, **k)))
+    patch(ctypes, "CDLL", lambda *a, **k: Libc(real_cdll(*a, **k), _failing_renameat2))
     try:
         yield Layer
     finally:

@@ -101,10 +101,10 @@ def test_sigkill_then_abort_restores_the_original(fresh, capsys, phase: str, n: 
     digests, tables = backbone_digests(root), table_bytes(root)
     proc = cli("migrate", str(root), "--json", env={"CLEF_FORMAT_CRASH_AT": f"{phase}:{n}"})
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
-    journal = root.parent / f".{root.name}.clef-migrate" / "journal.json"
-    phase_left = json.loads(journal.read_text()).get("phase") if journal.exists() else None
-    # the original is gone once cleanup began (the journal says so, or cleanup already removed it)
-    gone = phase_left == "cleaning" or (phase_left is None and verified(root)[0] == "layout-2")
+    ws = root.parent / f".{root.name}.clef-migrate"
+    # the original is gone only once cleanup has removed it: neither at PATH nor parked in the workspace
+    parked = (ws / "new").is_dir() or (ws / "old").is_dir()
+    gone = verified(root)[0] == "layout-2" and not (parked and (ws / "journal.json").exists())
     before = _tree_state(root)
     dry = _rerun(capsys, str(root), "--abort", "--dry-run")
     assert _tree_state(root) == before, "--abort --dry-run changed the files"
@@ -113,10 +113,23 @@ def test_sigkill_then_abort_restores_the_original(fresh, capsys, phase: str, n: 
     assert backbone_digests(root) == digests
     if gone:
         assert out["layout"] == "layout-2"
-        if phase_left == "cleaning":
-            assert "cannot be rolled back" in out["message"]
     else:
         assert out["layout"] == "layout-1" and table_bytes(root) == tables, out
     if siblings_before := [p for p, _, _ in before if ".clef-migrate" in p and not p.endswith(".lock")]:
         assert dry["message"].startswith("--abort would do this:"), (siblings_before[:3], dry["message"])
         assert dry["message"].removeprefix("--abort would do this: ") == out["message"]
+
+
+@pytest.mark.parametrize("phase,n", [("swap", 2), ("cleanup", 1), ("stage", 2)])
+def test_abort_of_an_output_run_leaves_things_as_before(fresh, capsys, tmp_path: Path, phase: str, n: int) -> None:
+    """An interrupted ``--output OUT`` run into a new folder, aborted: OUT is gone again (it did not
+    exist), the source untouched, nothing left beside OUT."""
+    root = fresh("layout-1")
+    digests, tables = backbone_digests(root), table_bytes(root)
+    out_dir = tmp_path / "out"
+    proc = cli("migrate", str(root), "--output", str(out_dir), "--json", env={"CLEF_FORMAT_CRASH_AT": f"{phase}:{n}"})
+    assert proc.returncode == -signal.SIGKILL
+    out = _rerun(capsys, str(root), "--output", str(out_dir), "--abort")
+    assert "rolled back" in out["message"], out["message"]
+    assert not out_dir.exists() and siblings(out_dir) == []
+    assert table_bytes(root) == tables and backbone_digests(root) == digests

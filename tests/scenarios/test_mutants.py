@@ -210,7 +210,7 @@ MUTANTS = [
     Mutant("manifest-dir-not-fsynced", "clef_format/migrate/manifest_writer.py",
            "    fsync_dir(root)  # the new name", "    pass  # the new name", ("tests/scenarios/test_durability.py",)),
     Mutant("abort-after-swap-deletes-original", "clef_format/migrate/apply.py",
-           '    if swapped and abort and phase != "cleaning":', "    if False:",
+           "    if swapped and abort and parked:", "    if False:",
            ("tests/scenarios/test_migrate_crash.py::test_sigkill_then_abort_restores_the_original",)),
     # --- config rules no tensor shape shows (vllm_rules/config_rules.py, spec/joint_head.py, spec/schemes.py)
     Mutant("architectures-unchecked", "clef_format/vllm_rules/config_rules.py",
