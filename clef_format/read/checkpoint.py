@@ -167,7 +167,7 @@ def _read_json(ck: Checkpoint, rel: str) -> Any:
         ck.findings.append(error("bad-config", f"{rel} holds the key {exc.key!r} twice: JSON readers disagree on "
                                  "which one counts (Python's keeps the last, others the first)", file=rel,
                                  fix=f"keep one {exc.key!r} in {rel} (restore the file from the original download)"))
-        return None
+        return json.loads(data.decode("utf-8"))  # read on as Python does: the error above already refuses it
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         ck.findings.append(error("bad-config", f"{rel} is not valid JSON: {exc}", file=rel,
                                  fix="restore the file from the original download"))

@@ -65,7 +65,11 @@ def read_manifest(ck: Checkpoint) -> tuple[dict[str, ManifestEntry] | None, list
     try:
         with open(ck.path(MANIFEST_NAME), "rb") as fh:
             raw = json.loads(fh.read().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+    except OSError as exc:  # reading failed: nothing is said about the manifest's content (exit 2)
+        return None, [error("unreadable", f"{MANIFEST_NAME} cannot be read: {exc.strerror or exc}", file=MANIFEST_NAME,
+                            fix=f"make {MANIFEST_NAME} readable (check its permissions); do not regenerate it, it is "
+                                "the integrity reference")]
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         return None, [error("bad-config", f"{MANIFEST_NAME} is not valid JSON: {exc}", file=MANIFEST_NAME, fix=fix)]
     if (not isinstance(raw, dict) or raw.get("clef_manifest") != MANIFEST_VERSION
             or raw.get("algorithm") != ALGORITHM or not isinstance(raw.get("files"), dict)):

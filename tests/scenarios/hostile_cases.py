@@ -396,6 +396,8 @@ CASES: list[Case] = [
     Case("pickle-pt-in-head", replace_bytes("clef_head/joint_head.pt", pickle.dumps({"a": 1})), "unsafe-file"),
     Case("marker-key-twice", replace_bytes(L.HEAD_CONFIG, b'{"requires_clef_vllm": "==0.1.4", "requires_clef_vllm": '
                                                             b'">=0.2.0"}'), "bad-config"),
+    Case("head-config-key-twice-same-value", lambda root: (root / L.HEAD_CONFIG).write_text(
+        (root / L.HEAD_CONFIG).read_text().replace('{', '{"heads": 4, ', 1)), "bad-config"),
     Case("config-key-twice", lambda root: (root / "config.json").write_text(
         (root / "config.json").read_text().replace('{', '{"model_type": "llama", ', 1)), "bad-config"),
     Case("tables-quality-empty", edit_header(TABLES, lambda h: h["__metadata__"].update(quality="{}")), "tables-metadata"),

@@ -30,7 +30,7 @@ def check_layout(ck: Checkpoint) -> Iterator[Finding]:
     indexed = ck.has(L.BACKBONE_INDEX)  # with an index, vLLM loads only the shards it names
     for rel in sorted(ck.files):  # without one, it loads every top-level *.safetensors it finds
         if ("/" not in rel and rel.endswith(".safetensors") and not indexed and ck.backbone_files
-                and rel not in ck.backbone_files):
+                and rel not in ck.backbone_files and rel not in L.required_files(layout)):
             yield error("stray-weights", f"{rel} is not part of the backbone ({', '.join(ck.backbone_files)}), but "
                         "vLLM loads every top-level .safetensors file beside it: its tensors would be loaded too",
                         file=rel, fix=f"remove or move {rel} out of the checkpoint folder")
