@@ -259,6 +259,7 @@ def _discard(target: Target, path: str) -> None:
     doomed = os.path.join(target.ws, "discard")
     _rmtree(doomed)  # what an earlier, interrupted cleanup had begun to delete
     os.rename(path, doomed)
+    fsutil.fsync_dir(target.ws)  # the rename is durable before any deletion: a tree at new/old stays whole
     _rmtree(doomed)
 
 
