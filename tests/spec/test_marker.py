@@ -59,3 +59,10 @@ def test_check_marker_agrees_with_parse_marker(value):
     except MarkerError:
         checked = False
     assert parsed == checked
+
+
+def test_a_pre_release_plugin_counts_as_its_release() -> None:
+    """``admits`` passes ``prereleases=True``: packaging alone would refuse 0.3.0rc1 for ">=0.2.0"."""
+    spec = parse_marker(MARKER_VALUE)
+    assert admits(spec, "0.3.0rc1") and admits(spec, "0.2.1.dev3")
+    assert not admits(spec, "0.2.0rc1")  # a pre-release of 0.2.0 is still below 0.2.0
