@@ -36,3 +36,12 @@ def test_problems_describe_each_kind_in_words() -> None:
                                    f"1 above {TF.SCALE_MAX:.4g} (times 127 they overflow BF16) (at [3])")
     assert TF.int8_problems(b"\x01\x80\x7f\x80").describe() == "2 outside [-127, 127] (-128) (at [1, 3])"
     assert TF.Problems().describe() == ""
+
+
+def test_problems_keep_the_first_five_indexes_and_count_all() -> None:
+    import struct
+
+    problems = TF.scale_problems(struct.pack("<8f", *([-1.0] * 7 + [1.0])))
+    assert problems.counts == {"negative": 7} and problems.first == {"negative": [0, 1, 2, 3, 4]}
+    adjacent = TF.int8_problems(b"\x80\x80\x80\x00\x80\x80\x80")
+    assert adjacent.counts == {"out-of-range": 6} and adjacent.first == {"out-of-range": [0, 1, 2, 4, 5]}
