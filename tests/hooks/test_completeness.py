@@ -90,3 +90,17 @@ def test_check_names_what_vllm_reported_loaded() -> None:
         tracker.check(loaded=["a"])
     assert caught.value.unwritten == {"a": "2 of 4 elements not written (vLLM reported it loaded)",
                                       "b": "never written"}
+
+
+def test_unwritten_before_arm_is_a_usage_error() -> None:
+    tracker = WriteTracker(_model(a=torch.zeros(2, 2)))
+    with pytest.raises(RuntimeError) as caught:
+        tracker.check()
+    assert str(caught.value) == "WriteTracker.arm() must run before the weights are loaded"
+
+
+def test_record_passes_the_weights_through_and_remembers_their_names() -> None:
+    tracker = WriteTracker(_model(a=torch.zeros(2, 2))).arm()
+    weights = [("a", torch.ones(2, 2)), ("b.weight", torch.zeros(1))]
+    assert list(tracker.record(iter(weights))) == weights
+    assert tracker.yielded == ["a", "b.weight"]
