@@ -34,3 +34,16 @@ def test_a_missing_head_config_is_left_to_the_layout_check(fresh) -> None:
     root = fresh("layout-2")
     (root / L.HEAD_CONFIG).unlink()
     assert list(check_head(read_checkpoint(root))) == []
+
+
+def test_keys_the_head_does_not_accept_are_named_with_their_removal(fresh) -> None:
+    root = fresh("layout-2")
+    path = root / L.HEAD_CONFIG
+    config = json.loads(path.read_text())
+    config["dropout"] = 0.1
+    path.write_text(json.dumps(config))
+    (finding,) = check_head(read_checkpoint(root))
+    assert finding.to_dict() == {
+        "code": "head-unexpected", "severity": "error",
+        "message": f"{L.HEAD_CONFIG} has keys ['dropout'] that JointSchemaHead(**config) does not accept",
+        "file": L.HEAD_CONFIG, "fix": f"remove ['dropout'] from {L.HEAD_CONFIG}"}
