@@ -1,5 +1,5 @@
 # The two commands of the README. Each sets up what it needs (idempotent), then runs.
-.PHONY: setup example test test-main test-vllm test-vllm-028 test-vllm-033 test-engine test-mutants bench-verify bench-install templates
+.PHONY: setup example test test-main test-vllm test-vllm-028 test-vllm-033 test-engine test-mutants bench-verify bench-install templates mutation mutation-report
 
 VENV := .venv
 EXAMPLE_DIR ?= build/example
@@ -49,3 +49,19 @@ test-engine: setup
 # The mutation regression suite: each kept mutant applied to a copy of the tree must fail its tests.
 test-mutants: setup
 	$(VENV)/bin/python -m pytest -q -n 2 -rf -p no:cacheprovider -m mutants tests/scenarios/test_mutants.py
+
+# Mutation testing of the rule modules with mutmut (a PyPI tool; its config is [tool.mutmut] in
+# pyproject.toml, the measured kill rates are in docs/TESTING.md). Hours on 2 cores, so not part of
+# make test. MUTANTS narrows it to some mutants, e.g. make mutation MUTANTS='clef_format.spec.marker*'
+# (results accumulate in mutants/; rm -rf mutants starts afresh).
+MUTMUT_VERSION := 3.8.1
+MUTANTS ?=
+MUTATION_JOBS ?= $(shell nproc)
+mutation: setup
+	$(VENV)/bin/python -m pip install -q "mutmut==$(MUTMUT_VERSION)"
+	env -u PYTHONPATH $(VENV)/bin/mutmut run --max-children $(MUTATION_JOBS) $(MUTANTS)
+	$(VENV)/bin/python scripts/mutation_report.py
+
+# The per-module table of the last run, and the names of its survivors (mutmut show NAME prints one).
+mutation-report:
+	$(VENV)/bin/python scripts/mutation_report.py --survivors

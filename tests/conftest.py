@@ -19,7 +19,9 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
 
     def make(layout: str = "layout-2", build: str = "hybrid", **kw: object) -> Path:
         key = (layout, build, tuple(sorted(kw.items())))
-        if key not in _CACHE:
+        # A later session in the same process (mutmut runs each mutant's tests in a fork of the one
+        # that ran them all) finds the cache filled, but an earlier session's folders may be cleaned.
+        if key not in _CACHE or not _CACHE[key].is_dir():
             root = tmp_path_factory.mktemp("ck") / f"{layout}-{build}"
             _CACHE[key] = build_checkpoint(root, layout=layout, build=build, **kw)
         return _CACHE[key]

@@ -70,3 +70,18 @@ def test_detection_does_not_depend_on_sharding(built):
 )
 def test_detect_layout_table(facts, layout):
     assert detect_layout(facts) is layout
+
+
+def test_release_head_without_backbone_tables_is_unknown() -> None:
+    facts = LayoutFacts(has_backbone=True, has_release_head=False, has_clef_head=False, tables_in_backbone=True,
+                        has_tables_file=False, has_marker=False)
+    assert detect_layout(facts) is Layout.UNKNOWN
+    assert detect_layout(facts._replace(has_release_head=True)) is Layout.ORIGINAL_RELEASE
+    assert detect_layout(facts._replace(has_release_head=True, tables_in_backbone=False)) is Layout.UNKNOWN
+
+
+def test_migrate_command_writes_a_snapshot_elsewhere() -> None:
+    from clef_format.spec.layouts import migrate_command
+
+    assert migrate_command("ck", "layout-2") == "clef-format migrate ck --to layout-2"
+    assert migrate_command("org/name", "layout-2", snapshot=True) == "clef-format migrate org/name --to layout-2 --output DIR"

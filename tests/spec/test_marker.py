@@ -59,3 +59,24 @@ def test_check_marker_agrees_with_parse_marker(value):
     except MarkerError:
         checked = False
     assert parsed == checked
+
+
+def test_a_pre_release_plugin_counts_as_its_release() -> None:
+    """``admits`` passes ``prereleases=True``: packaging alone would refuse 0.3.0rc1 for ">=0.2.0"."""
+    spec = parse_marker(MARKER_VALUE)
+    assert admits(spec, "0.3.0rc1") and admits(spec, "0.2.1.dev3")
+    assert not admits(spec, "0.2.0rc1")  # a pre-release of 0.2.0 is still below 0.2.0
+
+
+@pytest.mark.parametrize("value, message", [
+    (5, "requires_clef_vllm must be a non-empty string, got 5"),
+    ("  ", "requires_clef_vllm must be a non-empty string, got '  '"),
+    ("1+1", "requires_clef_vllm = '1+1' is a version that cannot be a lower bound: Invalid specifier: '>=1+1'"),
+    ("=>0.2.0", "requires_clef_vllm = '=>0.2.0' is not a PEP 440 specifier: Invalid specifier: '=>0.2.0'"),
+    (",", "requires_clef_vllm = ',' names no version"),
+])
+def test_each_invalid_marker_says_why(value, message: str) -> None:
+    """The message is what verify reports under marker-invalid: it names the key, the value and the cause."""
+    with pytest.raises(MarkerError) as caught:
+        parse_marker(value)
+    assert str(caught.value) == message

@@ -24,3 +24,24 @@ def test_fixture_tables_follow_the_format(built):
             assert int(q.abs().max()) <= TF.QMAX
             assert quality[name]["rel_error"] < 0.02 and quality[name]["mean_row_cosine"] > 0.999
             assert dequantize_rows(q, scale, torch.bfloat16).shape == q.shape
+
+
+def test_problems_describe_each_kind_in_words() -> None:
+    """The text verify and migrate print for bad scales and values (``Problems.describe``)."""
+    import struct
+
+    scales = struct.pack("<6f", 1.0, float("nan"), -2.0, 3e38, float("inf"), 0.5)
+    problems = TF.scale_problems(scales)
+    assert problems.describe() == ("1 negative (at [2]); 2 NaN or infinite (at [1, 4]); "
+                                   f"1 above {TF.SCALE_MAX:.4g} (times 127 they overflow BF16) (at [3])")
+    assert TF.int8_problems(b"\x01\x80\x7f\x80").describe() == "2 outside [-127, 127] (-128) (at [1, 3])"
+    assert TF.Problems().describe() == ""
+
+
+def test_problems_keep_the_first_five_indexes_and_count_all() -> None:
+    import struct
+
+    problems = TF.scale_problems(struct.pack("<8f", *([-1.0] * 7 + [1.0])))
+    assert problems.counts == {"negative": 7} and problems.first == {"negative": [0, 1, 2, 3, 4]}
+    adjacent = TF.int8_problems(b"\x80\x80\x80\x00\x80\x80\x80")
+    assert adjacent.counts == {"out-of-range": 6} and adjacent.first == {"out-of-range": [0, 1, 2, 4, 5]}

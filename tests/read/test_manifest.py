@@ -1,0 +1,91 @@
+"""Reading clef_manifest.json (read/manifest.py) as hostile input: size limit, JSON, version,
+member names and entry types, each refused with its finding; valid entries kept."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from clef_format.read.checkpoint import MAX_JSON_BYTES, read_checkpoint
+from clef_format.read.manifest import MANIFEST_NAME, ManifestEntry, manifest_files, read_manifest
+
+DIGEST = "ab" * 32
+
+
+def _with_manifest(fresh, content: bytes | dict) -> Path:
+    root = fresh()
+    raw = content if isinstance(content, bytes) else json.dumps(content).encode()
+    (root / MANIFEST_NAME).write_bytes(raw)
+    return root
+
+
+def _manifest(files: dict) -> dict:
+    return {"clef_manifest": 1, "algorithm": "blake3", "created_by": "clef-format 0", "files": files}
+
+
+def test_no_manifest_is_none_and_no_finding(fresh) -> None:
+    assert read_manifest(read_checkpoint(fresh())) == (None, [])
+
+
+def test_valid_entries_are_read_and_the_manifest_is_not_its_own_entry(fresh) -> None:
+    root = _with_manifest(fresh, _manifest({"config.json": {"size": 12, "blake3": DIGEST},
+                                            "sub/./x.bin": {"size": 0, "blake3": DIGEST}}))
+    ck = read_checkpoint(root)
+    assert read_manifest(ck) == ({"config.json": ManifestEntry(12, DIGEST), "sub/x.bin": ManifestEntry(0, DIGEST)}, [])
+    assert MANIFEST_NAME not in manifest_files(ck) and "config.json" in manifest_files(ck)
+
+
+def test_a_manifest_of_exactly_the_limit_is_read_one_byte_more_is_not(fresh) -> None:
+    body = json.dumps(_manifest({})).encode()
+    root = _with_manifest(fresh, body + b" " * (MAX_JSON_BYTES - len(body)))
+    assert read_manifest(read_checkpoint(root)) == ({}, [])
+    (root / MANIFEST_NAME).write_bytes(body + b" " * (MAX_JSON_BYTES + 1 - len(body)))
+    entries, (finding,) = read_manifest(read_checkpoint(root))
+    assert entries is None
+    assert finding.to_dict() == {
+        "code": "bad-config", "severity": "error",
+        "message": f"{MANIFEST_NAME} is {MAX_JSON_BYTES + 1} bytes, over the {MAX_JSON_BYTES} limit; not read",
+        "file": MANIFEST_NAME, "fix": f"re-create it with `clef-format manifest {root}` from a known-good copy"}
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"\x00\x01garbage", "is not valid JSON"),
+    (b"\xff\xfe{}", "is not valid JSON"),
+    (b"[1, 2]", "is not a version-1 blake3 manifest"),
+    ({"clef_manifest": 2, "algorithm": "blake3", "files": {}}, "is not a version-1 blake3 manifest"),
+    ({"clef_manifest": 1, "algorithm": "sha256", "files": {}}, "is not a version-1 blake3 manifest"),
+    ({"clef_manifest": 1, "algorithm": "blake3", "files": []}, "is not a version-1 blake3 manifest"),
+])
+def test_an_unusable_manifest_is_one_bad_config(fresh, content, words: str) -> None:
+    root = _with_manifest(fresh, content)
+    entries, (finding,) = read_manifest(read_checkpoint(root))
+    assert entries is None
+    assert (finding.code, finding.severity, finding.file) == ("bad-config", "error", MANIFEST_NAME)
+    assert finding.message.startswith(MANIFEST_NAME + " ") and words in finding.message
+    assert finding.fix == f"re-create it with `clef-format manifest {root}` from a known-good copy"
+
+
+@pytest.mark.parametrize("entry", [
+    "not a dict", {"size": 1}, {"blake3": DIGEST}, {"size": 1, "blake3": DIGEST.upper()},
+    {"size": 1, "blake3": DIGEST[:-1]}, {"size": 1, "blake3": DIGEST + "0"}, {"size": -1, "blake3": DIGEST},
+    {"size": True, "blake3": DIGEST}, {"size": "1", "blake3": DIGEST}, {"size": 1.0, "blake3": DIGEST},
+    {"size": 1, "blake3": 7},
+])
+def test_a_malformed_entry_is_refused_and_the_others_kept(fresh, entry) -> None:
+    root = _with_manifest(fresh, _manifest({"bad.bin": entry, "config.json": {"size": 3, "blake3": DIGEST}}))
+    entries, (finding,) = read_manifest(read_checkpoint(root))
+    assert entries == {"config.json": ManifestEntry(3, DIGEST)}
+    assert (finding.code, finding.file) == ("bad-config", MANIFEST_NAME)
+    assert finding.message == f"{MANIFEST_NAME}: entry 'bad.bin' lacks a size and a blake3 digest"
+
+
+@pytest.mark.parametrize("rel", ["../outside", "/etc/passwd", "a/../../b", "", "a\\b"])
+def test_a_member_leaving_the_checkpoint_is_a_path_escape(fresh, rel: str) -> None:
+    root = _with_manifest(fresh, _manifest({rel: {"size": 1, "blake3": DIGEST}}))
+    entries, (finding,) = read_manifest(read_checkpoint(root))
+    assert entries == {}
+    assert (finding.code, finding.severity, finding.file) == ("path-escape", "error", MANIFEST_NAME)
+    assert finding.message == f"{MANIFEST_NAME} names {rel!r}, a path outside the checkpoint; never read"
+    assert finding.fix and "clef-format manifest" in finding.fix
