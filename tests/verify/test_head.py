@@ -47,3 +47,12 @@ def test_keys_the_head_does_not_accept_are_named_with_their_removal(fresh) -> No
         "code": "head-unexpected", "severity": "error",
         "message": f"{L.HEAD_CONFIG} has keys ['dropout'] that JointSchemaHead(**config) does not accept",
         "file": L.HEAD_CONFIG, "fix": f"remove ['dropout'] from {L.HEAD_CONFIG}"}
+
+
+def test_a_head_config_that_is_not_json_is_left_to_the_reader(fresh) -> None:
+    """The reader reports bad-config and keeps no config; the head check adds nothing on top."""
+    root = fresh("layout-2")
+    (root / L.HEAD_CONFIG).write_text("{not json")
+    ck = read_checkpoint(root)
+    assert ck.head_config is None and "bad-config" in {f.code for f in ck.findings}
+    assert list(check_head(ck)) == []
