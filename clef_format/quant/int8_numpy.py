@@ -51,9 +51,13 @@ def itemsize(dtype: str) -> int:
     return _ITEMSIZE[dtype]
 
 
-def _bits(raw: np.ndarray, dtype: str) -> np.ndarray:
+def _check_dtype(dtype: str) -> None:
     if dtype not in _BITS:
         raise ValueError(f"unsupported table dtype {dtype!r} (expected one of {', '.join(SOURCE_DTYPES)})")
+
+
+def _bits(raw: np.ndarray, dtype: str) -> np.ndarray:
+    _check_dtype(dtype)
     want = _BITS[dtype][0]
     if raw.dtype.itemsize != np.dtype(want).itemsize:
         raise TypeError(f"{dtype} rows must be {np.dtype(want).itemsize}-byte elements, got {raw.dtype}")
@@ -274,8 +278,7 @@ class RowQuantizer:
     """
 
     def __init__(self, hidden: int, dtype: str = "BF16", block_rows: int = BLOCK_ROWS) -> None:
-        if dtype not in _BITS:
-            raise ValueError(f"unsupported table dtype {dtype!r} (expected one of {', '.join(SOURCE_DTYPES)})")
+        _check_dtype(dtype)
         self.hidden, self.dtype, self.block_rows = hidden, dtype, block_rows
         self.x = np.empty((block_rows, hidden), np.float32)
         self.d = np.empty((block_rows, hidden), np.float32)
@@ -330,8 +333,7 @@ class RowDecoder:
     """Decode int8 rows to a source dtype block by block, into caller-owned output (bits for BF16)."""
 
     def __init__(self, hidden: int, dtype: str = "BF16", block_rows: int = BLOCK_ROWS) -> None:
-        if dtype not in _BITS:
-            raise ValueError(f"unsupported table dtype {dtype!r} (expected one of {', '.join(SOURCE_DTYPES)})")
+        _check_dtype(dtype)
         self.hidden, self.dtype, self.block_rows = hidden, dtype, block_rows
         self.y = np.empty((block_rows, hidden), np.float32)
         self.u = np.empty((block_rows, hidden), np.uint32)
