@@ -9,19 +9,14 @@ Commands register themselves in ``COMMANDS``: name -> (module, help); the module
 
 from __future__ import annotations
 
-import argparse
 import os
-import signal
 import sys
-from importlib import import_module
 
 from clef_format.errors import CouldNotRun, UsageError
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
-    from typing import NoReturn, Sequence
-
-from clef_format.cli.output import EXIT_COULD_NOT_RUN, EXIT_OK
+    from typing import Sequence
 
 #: Subcommand -> (module under clef_format.cli.commands, one-line help).
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -32,50 +27,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "example": ("example_cmd", "build a small example checkpoint and verify it"),
     "codes": ("codes_cmd", "list every finding code and what it means"),
 }
-
-DESCRIPTION = """Verify, migrate and serve split Clef checkpoints.
-
-layouts: original-release | layout-1 (BF16 tables in the backbone, plugin < 0.2.0) |
-layout-2 (int8 tables in clef_head/tables_int8.safetensors + requires_clef_vllm marker) |
-layout-2-unmarked (never serve; repair with migrate) | unknown"""
-
-
-class _Formatter(argparse.RawDescriptionHelpFormatter):
-    """argparse's formatter without its ``import shutil`` (bz2, lzma...) on every start: width from os."""
-
-    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None) -> None:
-        if width is None:
-            try:
-                width = os.get_terminal_size(sys.__stdout__.fileno()).columns - 2  # type: ignore[union-attr]
-            except (OSError, AttributeError, ValueError):
-                width = int(os.environ.get("COLUMNS", 80)) - 2
-        super().__init__(prog, indent_increment, max_help_position, width)
-
-
-def _available() -> dict[str, tuple[str, str]]:
-    from importlib.util import find_spec
-
-    return {name: spec for name, spec in COMMANDS.items() if find_spec(f"clef_format.cli.commands.{spec[0]}")}
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises ``UsageError`` instead of printing and exiting: the contract decides the output."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message}", fix=f"see {self.prog} --help")
-
-
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    parser = _Parser(prog="clef-format", description=DESCRIPTION, formatter_class=_Formatter)
-    from clef_format import __version__
-
-    parser.add_argument("--version", action="version", version=f"clef-format {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    commands = {only: COMMANDS[only]} if only in COMMANDS else _available()
-    for name, (module, help_text) in commands.items():
-        p = sub.add_parser(name, help=help_text, description=help_text, formatter_class=_Formatter)
-        import_module(f"clef_format.cli.commands.{module}").add_arguments(p)
-    return parser
 
 
 def _path_arg(args_in: list[str], command: str | None) -> str | None:
@@ -91,14 +42,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = first if first in COMMANDS else None
     as_json = "--json" in args_in
     path = _path_arg(args_in, command)
-    sigint = signal.getsignal(signal.SIGINT)
-    try:
+    sigint = None
+    try:  # everything past os and sys loads in here, so that a Ctrl-C while loading is reported too
+        import signal
+
+        sigint = signal.getsignal(signal.SIGINT)
+        from clef_format.cli.parser import build_parser
+
         parser = build_parser(only=command)
         args = parser.parse_args(args_in)
         if not args.command:
             parser.print_help(sys.stderr)
             raise UsageError("no command given", fix="clef-format COMMAND ...; see clef-format --help")
         path = getattr(args, "path", path)
+        from importlib import import_module
+
         module = import_module(f"clef_format.cli.commands.{COMMANDS[args.command][0]}")
         return int(module.run(args))
     except CouldNotRun as exc:
@@ -110,17 +68,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `clef-format verify ... | head`: the reader left; not an error of ours
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
+        from clef_format.cli.output import EXIT_OK
+
         return EXIT_OK
     finally:  # printing the outcome ignores Ctrl-C (one outcome only); a caller in-process gets it back
-        if argv is not None:  # the console script (argv from sys.argv) keeps ignoring it until it exits:
-            try:              # a Ctrl-C after the outcome was printed must not turn exit 0 into 130
+        if argv is not None and sigint is not None:  # the console script (argv from sys.argv) keeps
+            try:  # ignoring it until it exits: a Ctrl-C after the outcome was printed must not turn 0 into 130
                 signal.signal(signal.SIGINT, sigint)
             except ValueError:  # called from another thread: only the main thread has handlers to restore
                 pass
 
 
 def _could_not_run(command: str | None, path: str | None, exc: CouldNotRun, as_json: bool) -> int:
-    from clef_format.cli.output import could_not_run_report, emit_json, stop_interrupts
+    from clef_format.cli.output import EXIT_COULD_NOT_RUN, could_not_run_report, emit_json, stop_interrupts
 
     stop_interrupts()
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 
 from clef_format.errors import FormatError
 from clef_format.records import Record
@@ -216,7 +215,7 @@ def read_header(path: str | os.PathLike[str]) -> Header:
         prefix = fh.read(8)
         if len(prefix) < 8:
             raise HeaderError("truncated", f"file is {file_size} bytes, shorter than the 8-byte length prefix")
-        (n,) = struct.unpack("<Q", prefix)
+        n = int.from_bytes(prefix, "little")
         if n > MAX_HEADER_SIZE:
             raise HeaderError("header-too-large", f"header claims {n} bytes, over the {MAX_HEADER_SIZE} limit")
         if 8 + n > file_size:

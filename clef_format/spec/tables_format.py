@@ -29,7 +29,6 @@ This module reads no tensor data and imports no torch: verify uses it on headers
 from __future__ import annotations
 
 import json
-import struct
 
 from clef_format.spec.layouts import Layout
 
@@ -46,11 +45,15 @@ SCALE_DTYPE = "F32"
 
 #: Largest finite BF16 (the serving dtype): a decoded row value ``127 * scale`` must not exceed it.
 BF16_MAX = 3.3895313892515355e38
-#: Largest valid row scale (as F32): above it, ``127 * scale`` overflows BF16 to infinity.
-SCALE_MAX = BF16_MAX / QMAX
-_SCALE_MAX_BITS = int.from_bytes(struct.pack("<f", SCALE_MAX), "little")
-while _SCALE_MAX_BITS and struct.unpack("<f", _SCALE_MAX_BITS.to_bytes(4, "little"))[0] * QMAX > BF16_MAX:
-    _SCALE_MAX_BITS -= 1  # the largest F32 whose product with 127 is still a finite BF16
+#: The largest valid row scale, as F32 bits: the largest F32 ``s`` whose decode is finite. Decoding
+#: computes ``127 * s`` in F32 and rounds it to BF16 to nearest, ties to even (torch, the gather
+#: kernel). BF16 overflows from the midpoint ``2**128 - 2**119`` up (the tie goes to the even
+#: infinity), and the F32 product reaches that midpoint once ``127 * s >= 2**128 - 2**119 - 2**103``
+#: (half an F32 ulp below it, the tie again to even). tests/spec/test_table_rule.py derives it from
+#: this rule and checks it against torch's decode on both sides.
+_SCALE_MAX_BITS = 0x7C00C182
+#: That scale as a number (about 2.674e36; ``BF16_MAX / 127`` is a little below it: a decode may round down to BF16_MAX).
+SCALE_MAX = 2.674155210428358e36
 _SCALE_SAFE_HIGH = bytes(range(_SCALE_MAX_BITS >> 24))  # high bytes that are certainly a valid scale
 
 #: The table dtypes a tables file may be made from (and a downgrade may restore).
@@ -111,8 +114,6 @@ def metadata_problems(metadata: Mapping[str, str], tables: tuple[str, ...] | Non
 
 def _quality_problems(text: str, tables: tuple[str, ...] | None) -> list[str]:
     """``quality`` is a JSON object: per table, an object with each of QUALITY_FIGURES a finite number."""
-    import math
-
     try:
         quality: Any = json.loads(text)
     except ValueError:
@@ -126,7 +127,8 @@ def _quality_problems(text: str, tables: tuple[str, ...] | None) -> list[str]:
         if not isinstance(figures, dict):
             out.append(f"metadata 'quality' of {name!r} is not an object")
             continue
-        bad = [k for k in QUALITY_FIGURES if type(figures.get(k)) not in (int, float) or not math.isfinite(figures[k])]
+        bad = [k for k in QUALITY_FIGURES if type(figures.get(k)) not in (int, float) or figures[k] - figures[k] != 0]
+        # (x - x is 0 for every finite number, NaN for NaN and the infinities; math costs an import here)
         if bad:
             out.append(f"metadata 'quality' of {name!r} lacks finite {', '.join(bad)}")
     return out

@@ -8,7 +8,7 @@ import struct
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from clef_format.compat import IncompatibleError, check_checkpoint
@@ -38,6 +38,7 @@ def _migrate(root, to):
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.floats(width=32, allow_nan=True, allow_infinity=True), max_size=64))
+@example([2.668922665663266e36])  # decodes to BF16_MAX: an earlier rule called it too large
 def test_scale_rule_agrees_with_a_bf16_decode(values):
     """A scale is valid exactly when it is finite, not negative and 127 * scale decodes to a finite BF16."""
     t = torch.tensor(values, dtype=torch.float32)
@@ -48,6 +49,33 @@ def test_scale_rule_agrees_with_a_bf16_decode(values):
     got = sorted(i for kind in p.first for i in p.first[kind])
     assert sum(p.counts.values()) == len(want)
     assert set(got) <= set(want)
+
+
+def _f32(bits: int) -> float:
+    return struct.unpack("<f", bits.to_bytes(4, "little"))[0]
+
+
+def _bf16_decode_is_finite(bits: int) -> bool:
+    s = torch.tensor([bits], dtype=torch.int32).view(torch.float32)
+    return bool(torch.isfinite((s * TF.QMAX).to(torch.bfloat16)).all())
+
+
+def test_largest_scale_is_derived_from_the_decode_rule():
+    """The largest valid scale: 127 * s in F32, then BF16 (nearest, ties to even) stays finite; one
+    F32 ulp more overflows. Derived from the rounding rule in exact arithmetic, and checked with torch."""
+    limit = 2**128 - 2**119 - 2**103  # the F32 product rounds to the BF16 overflow midpoint from here
+    bits = 0x7C000000
+    while 127 * _f32(bits + 1) < limit:
+        bits += 1
+    assert bits == TF._SCALE_MAX_BITS
+    assert _f32(bits) == TF.SCALE_MAX
+    assert _bf16_decode_is_finite(bits) and not _bf16_decode_is_finite(bits + 1)
+    assert not TF.scale_problems(struct.pack("<f", TF.SCALE_MAX))
+    assert TF.scale_problems((bits + 1).to_bytes(4, "little")).counts == {"too-large": 1}
+    # BF16_MAX / 127 and a few hundred ulps above it decode to BF16_MAX, a finite row: valid
+    below = int.from_bytes(struct.pack("<f", TF.BF16_MAX / TF.QMAX), "little")
+    for b in range(below, bits + 1, 97):
+        assert _bf16_decode_is_finite(b) and not TF.scale_problems(b.to_bytes(4, "little")), hex(b)
 
 
 def test_scale_rule_boundary():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from safetensors import safe_open
 
@@ -45,3 +46,16 @@ def test_problems_keep_the_first_five_indexes_and_count_all() -> None:
     assert problems.counts == {"negative": 7} and problems.first == {"negative": [0, 1, 2, 3, 4]}
     adjacent = TF.int8_problems(b"\x80\x80\x80\x00\x80\x80\x80")
     assert adjacent.counts == {"out-of-range": 6} and adjacent.first == {"out-of-range": [0, 1, 2, 4, 5]}
+
+
+@pytest.mark.parametrize("value, ok", [
+    (0.01, True), (0, True), (1, True), (-3.5, True), (10**400, True),  # a huge int is finite
+    ("NaN", False), ("Infinity", False), ("-Infinity", False), ("1e999", False),  # JSON floats that are not finite
+    ('"0.01"', False), ("true", False), ("null", False), ("[0.01]", False),
+])
+def test_quality_figures_must_be_finite_numbers(value, ok):
+    figures = ", ".join(f'"{k}": {value if k == "rel_error" else 0.5}' for k in TF.QUALITY_FIGURES)
+    meta = TF.metadata_for("BF16", {})
+    meta["quality"] = '{"lm_head.weight": {' + figures + "}}"
+    problems = TF.metadata_problems(meta, ("lm_head.weight",))
+    assert problems == ([] if ok else ["metadata 'quality' of 'lm_head.weight' lacks finite rel_error"])

@@ -1,0 +1,64 @@
+"""argv -> argparse: the ``clef-format`` parser and its subcommands' arguments.
+
+Apart from ``cli.main`` so that the console script starts with nothing but ``os``, ``sys`` and the
+errors imported: argparse and the command modules load inside ``main``'s handling, where a Ctrl-C
+is reported like any other interruption (one JSON object with ``--json``), never as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from importlib import import_module
+
+from clef_format.cli.main import COMMANDS
+from clef_format.errors import UsageError
+
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import NoReturn
+
+DESCRIPTION = """Verify, migrate and serve split Clef checkpoints.
+
+layouts: original-release | layout-1 (BF16 tables in the backbone, plugin < 0.2.0) |
+layout-2 (int8 tables in clef_head/tables_int8.safetensors + requires_clef_vllm marker) |
+layout-2-unmarked (never serve; repair with migrate) | unknown"""
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's formatter without its ``import shutil`` (bz2, lzma...) on every start: width from os."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None) -> None:
+        if width is None:
+            try:
+                width = os.get_terminal_size(sys.__stdout__.fileno()).columns - 2  # type: ignore[union-attr]
+            except (OSError, AttributeError, ValueError):
+                width = int(os.environ.get("COLUMNS", 80)) - 2
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
+def _available() -> dict[str, tuple[str, str]]:
+    from importlib.util import find_spec
+
+    return {name: spec for name, spec in COMMANDS.items() if find_spec(f"clef_format.cli.commands.{spec[0]}")}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises ``UsageError`` instead of printing and exiting: the contract decides the output."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}", fix=f"see {self.prog} --help")
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    parser = _Parser(prog="clef-format", description=DESCRIPTION, formatter_class=_Formatter)
+    from clef_format import __version__
+
+    parser.add_argument("--version", action="version", version=f"clef-format {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands = {only: COMMANDS[only]} if only in COMMANDS else _available()
+    for name, (module, help_text) in commands.items():
+        p = sub.add_parser(name, help=help_text, description=help_text, formatter_class=_Formatter)
+        import_module(f"clef_format.cli.commands.{module}").add_arguments(p)
+    return parser
