@@ -9,6 +9,7 @@ Commands register themselves in ``COMMANDS``: name -> (module, help); the module
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -43,6 +44,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     as_json = "--json" in args_in
     path = _path_arg(args_in, command)
     sigint = None
+    thresholds = gc.get_threshold()
+    # Reading a 9B header builds thousands of long-lived records; at the default threshold (700) the
+    # collector scans them dozens of times and frees nothing (measured: about 4% of verify). Fewer
+    # young collections, never none: a command still collects any cycles it makes.
+    gc.set_threshold(max(thresholds[0], 20_000), *thresholds[1:])
     try:  # everything past os and sys loads in here, so that a Ctrl-C while loading is reported too
         import signal
 
@@ -72,6 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return EXIT_OK
     finally:  # printing the outcome ignores Ctrl-C (one outcome only); a caller in-process gets it back
+        gc.set_threshold(*thresholds)
         if argv is not None and sigint is not None:  # the console script (argv from sys.argv) keeps
             try:  # ignoring it until it exits: a Ctrl-C after the outcome was printed must not turn 0 into 130
                 signal.signal(signal.SIGINT, sigint)

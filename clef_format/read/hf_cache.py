@@ -16,14 +16,15 @@ import re
 
 from clef_format.errors import PathNotFound
 
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_SHA1 = re.compile(r"^[0-9a-f]{40}$")
+# Patterns are compiled on first use (re caches them): verify of a plain folder needs few of them.
+_SHA256 = r"^[0-9a-f]{64}$"
+_SHA1 = r"^[0-9a-f]{40}$"
 #: Where ``snapshot_download(local_dir=...)`` keeps its per-file metadata and unfinished downloads.
 LOCAL_DIR_DOWNLOAD = ".cache/huggingface/download"
 #: Largest ``.metadata`` file read (the real ones are ~100 bytes).
 _MAX_METADATA = 4096
 _MAX_LISTED = 10_000  # a hostile blob store cannot make verify walk forever
-_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")
+_REPO_ID = r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$"
 
 
 def locate_checkpoint(path: str, cache_dir: str | None = None) -> str:
@@ -32,7 +33,7 @@ def locate_checkpoint(path: str, cache_dir: str | None = None) -> str:
         return path
     if os.path.exists(path):
         raise PathNotFound(f"{path} is not a directory")
-    if not _REPO_ID.match(path):
+    if not re.match(_REPO_ID, path):
         raise PathNotFound(f"{path}: no such directory")
     repo_id, _, revision = path.partition("@")
     snapshot = cached_snapshot(repo_id, revision or "main", cache_dir)
@@ -75,7 +76,7 @@ def cached_snapshot(repo_id: str, revision: str, cache_dir: str | None = None) -
     return snapshot if os.path.isdir(snapshot) else None
 
 
-_REPO_DIR_RE = re.compile(r"^(models|datasets|spaces)--.+$")
+_REPO_DIR_RE = r"^(models|datasets|spaces)--.+$"
 _CACHE_PARTS = ("snapshots", "blobs", "refs")
 
 
@@ -103,7 +104,7 @@ def cache_roots() -> list[str]:
 
 
 def _is_repo_dir(path: str) -> bool:
-    return bool(_REPO_DIR_RE.match(os.path.basename(path))) and any(
+    return bool(re.match(_REPO_DIR_RE, os.path.basename(path))) and any(
         os.path.isdir(os.path.join(path, part)) for part in _CACHE_PARTS)
 
 
@@ -157,9 +158,9 @@ def blobs_dir(root: str) -> str:
 def etag_digest(etag: str) -> tuple[str, str] | None:
     """(algorithm, digest) an etag stands for: sha256 for LFS files, git-sha1 for small ones."""
     etag = etag.strip().strip('"').lower()
-    if _SHA256.match(etag):
+    if re.match(_SHA256, etag):
         return "sha256", etag
-    if _SHA1.match(etag):
+    if re.match(_SHA1, etag):
         return "git-sha1", etag
     return None
 

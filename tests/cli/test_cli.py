@@ -163,3 +163,19 @@ def test_ctrl_c_after_the_outcome_is_printed_cannot_change_the_exit_status(built
             "print('RESULT', rc, ignored, restored, file=sys.stderr)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert "RESULT 0 True True" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_an_in_process_caller_gets_its_gc_thresholds_back(built, capsys):
+    """main() collects less often while it runs (a 9B header is thousands of long-lived records), and
+    restores the caller's thresholds however it ends."""
+    import gc
+
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(701, 11, 12)
+        assert main(["verify", str(built()), "--json"]) == 0
+        assert gc.get_threshold() == (701, 11, 12)
+        assert main(["verify", "/definitely/not/here", "--json"]) == 2
+        assert gc.get_threshold() == (701, 11, 12)
+    finally:
+        gc.set_threshold(*before)

@@ -50,7 +50,6 @@ def check_plugin_version(value: str | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from clef_format.cli.output import finish
-    from clef_format.cli.render import render_layers, render_report
     from clef_format.read.checkpoint import open_checkpoint
     from clef_format.verify.run import verify_checkpoint
 
@@ -76,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
     report = make_report(report.command, report.path, report.layout, report.findings, {**report.details, **extra})
 
     def human(r):  # type: ignore[no-untyped-def]
+        from clef_format.cli.render import render_layers, render_report  # text only: --json never loads it
+
         return render_report(r) + ("\n\n" + render_layers(r.details["layers"]) if view is not None else "")
 
     return finish(report, args.json, human)
