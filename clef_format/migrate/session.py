@@ -129,6 +129,8 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
         return report.freeze("migrate")
     try:
         _check_output(target, root)
+        if not opts.abort and _nothing_to_do(ck, target, opts):
+            return _already_there(ck, target, opts, report, display).freeze("migrate")
         _refuse_cache(target, ck, display, opts)
         survey_source(root, target.in_place)
         if opts.dry_run:
@@ -166,6 +168,38 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
                                                        "is kept in its journal", fix=f"clef-format migrate {display} "
                                                        f"--to {opts.to} (resumes or rolls back), or --abort"))
     return report.freeze("migrate")
+
+
+def _nothing_to_do(ck: Checkpoint, target: Target, opts: Options) -> bool:
+    """The checkpoint is at ``opts.to`` and no interrupted run (workspace or lock) waits at the target:
+    nothing is planned, locked or written, for the dry run and the real run alike."""
+    from clef_format import migrations
+
+    return migrations.path(str(ck.layout), opts.to) == [] and not os.path.lexists(target.ws) \
+        and not os.path.lexists(target.lock_path)
+
+
+def _nothing_message(target: Target, opts: Options, display: str) -> str:
+    message = f"already at {opts.to}: nothing to do, nothing written"
+    if not target.in_place and target.source != target.path:
+        made = "was left as it was" if os.path.lexists(target.path) else "was not created"
+        message += f" (--output {target.path} {made}: {display} itself is the {opts.to} checkpoint)"
+    return message
+
+
+def _already_there(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft, display: str) -> ReportDraft:
+    """Nothing to do: the report is the source's verify report, and the result is the source."""
+    from clef_format.verify.run import verify_checkpoint
+
+    report.extra["message"] = _nothing_message(target, opts, display)
+    final = verify_checkpoint(ck, display)
+    report.layout = final.layout
+    report.findings.extend(final.findings)
+    if opts.dry_run:
+        report.extra["recovery"] = None
+    else:
+        report.extra["result"] = target.source
+    return report
 
 
 def _cwd() -> str | None:
@@ -220,7 +254,7 @@ def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft)
         return report
     route = _route(ck, opts.to)
     if not route:
-        report.extra["message"] = f"already at {opts.to}: nothing to do"
+        report.extra["message"] = _nothing_message(target, opts, report.path)
     for i, edge in enumerate(route):
         if i == 0:
             plan = edge.plan(ck)
@@ -251,7 +285,7 @@ def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraf
 
     route = _route(ck, opts.to)
     if not route:
-        report.extra["message"] = f"already at {opts.to}: nothing to do"
+        report.extra["message"] = _nothing_message(target, opts, display)
     while route:
         edge = route[0]
         plan = edge.plan(ck)
@@ -292,7 +326,8 @@ def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraf
         target = Target(target.path, target.path, True)
         ck = read_checkpoint(target.path)
         route = _route(ck, opts.to)
-    final = verify_checkpoint(read_checkpoint(target.path), display)
+    done = target.path if report.extra["steps"] else target.source  # no step ran: the source is the result
+    final = verify_checkpoint(read_checkpoint(done), display)
     report.layout = final.layout
     report.findings.extend(final.findings)
-    report.extra["result"] = target.path
+    report.extra["result"] = done
