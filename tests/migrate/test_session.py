@@ -154,6 +154,14 @@ def test_already_at_target_predicts_its_status_in_the_dry_run(fresh, capsys, tmp
     assert not (tmp_path / "out").exists() and siblings(root) == []
 
 
+@pytest.mark.parametrize("flag", [[], ["--abort"], ["--current"]])
+def test_an_absent_path_with_nothing_beside_it_says_what_to_give(capsys, tmp_path: Path, flag: list[str]) -> None:
+    rc, out = run_json(capsys, str(tmp_path / "nowhere"), *flag)
+    (finding,) = out["findings"]
+    assert rc == 2 and finding["code"] == "path-not-found" and "no interrupted migrate into it" in finding["message"]
+    assert "org/name" in finding["fix"] and not list(tmp_path.iterdir())
+
+
 def test_history_and_current(fresh, capsys) -> None:
     rc, out = run_json(capsys, "--history")
     assert rc == 0 and [h["revision"] for h in out["history"]] == ["0001_int8_tables", "0002_repair_marker"]
