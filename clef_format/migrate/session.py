@@ -19,6 +19,7 @@ from clef_format.migrate.apply import (
     SwapFailed,
     Target,
     carried_by_link,
+    check_crash_env,
     make_target,
     preflight,
     read_journal,
@@ -104,6 +105,7 @@ def migrate_path(path: str, opts: Options, progress: Progress | None = None) -> 
     """
     from clef_format.read.hf_cache import locate_checkpoint
 
+    check_crash_env()
     try:
         root = locate_checkpoint(path)
     except PathNotFound as exc:

@@ -162,6 +162,34 @@ def test_an_absent_path_with_nothing_beside_it_says_what_to_give(capsys, tmp_pat
     assert "org/name" in finding["fix"] and not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("value", ["bogus:1", "stage:0", "stage:x", "stage:1:TERM", "swap:２", ":1"])
+def test_a_crash_setting_that_names_no_crash_point_is_a_usage_error(fresh, value: str) -> None:
+    """CLEF_FORMAT_CRASH_AT that names no crash point: exit 2, one JSON object naming the phases, nothing
+    written (it used to be ignored silently)."""
+    from clef_format.migrate.apply import CRASH_PHASES
+
+    root = fresh("layout-1")
+    before = file_digests(root)
+    for extra in ([], ["--dry-run"]):
+        proc = cli("migrate", str(root), "--json", *extra, env={"CLEF_FORMAT_CRASH_AT": value})
+        out = json.loads(proc.stdout)
+        (finding,) = out["findings"]
+        assert proc.returncode == 2 and finding["code"] == "usage-error" and out["error"], out
+        assert all(p in finding["message"] for p in CRASH_PHASES) and finding["fix"]
+    assert file_digests(root) == before and siblings(root) == []
+
+
+@pytest.mark.parametrize("flags", [["--abort", "--current"], ["--abort", "--to", "layout-2"],
+                                   ["--abort", "--to", "layout-1", "--dry-run"]])
+def test_abort_with_current_or_to_is_a_usage_error(fresh, capsys, flags: list[str]) -> None:
+    root = fresh("layout-1")
+    before = file_digests(root)
+    rc, out = run_json(capsys, str(root), *flags)
+    (finding,) = out["findings"]
+    assert rc == 2 and finding["code"] == "usage-error" and "contradict" in finding["message"] and finding["fix"]
+    assert file_digests(root) == before and siblings(root) == []
+
+
 def test_history_and_current(fresh, capsys) -> None:
     rc, out = run_json(capsys, "--history")
     assert rc == 0 and [h["revision"] for h in out["history"]] == ["0001_int8_tables", "0002_repair_marker"]
