@@ -108,110 +108,16 @@ def migrate_path(path: str, opts: Options, progress: Progress | None = None) -> 
     check_crash_env()
     try:
         root = locate_checkpoint(path)
-    except PathNotFound as exc:
-        found = interrupted_output(path)
-        if found is None:
-            raise PathNotFound(f"{exc}; no interrupted migrate into it either (nothing beside it)",
-                               fix="give the checkpoint's directory, or org/name[@revision] of a download in the "
-                                   "Hugging Face cache (clef-format verify PATH reads it the same way)") from None
-        if opts.abort or opts.current:
-            return _interrupted_output_report(found[0], found[1], path, opts)
-        raise PathNotFound(f"{path} does not exist yet: it is the --output of an interrupted migrate "
-                           f"({_what(found[0], found[1])})", fix=_resume_fix(found[0], found[1], path)) from None
+    except PathNotFound as exc:  # an interrupted run into PATH keeps its workspace beside it: look there
+        from clef_format.migrate import pending
+
+        found = pending.interrupted_at(path)
+        if found is not None and (opts.abort or opts.current):
+            return pending.report_interrupted(*found, path, current=opts.current, dry_run=opts.dry_run)
+        raise pending.not_found(path, exc, found) from None
     if not os.access(root, os.R_OK | os.X_OK):
         raise CouldNotRun(f"{path}: permission denied", fix="run as a user who can read the checkpoint")
     return migrate(root, path, opts, progress)
-
-
-def interrupted_output(path: str) -> tuple[Target, dict[str, Any] | None] | None:
-    """The interrupted ``--output`` run whose target is ``path``, which need not exist: its workspace or
-    its lock lies beside it. (target, its journal or None); None when there is neither."""
-    out = os.path.abspath(path)
-    if not os.path.isdir(os.path.dirname(out)):
-        return None
-    target = make_target(out, out)
-    if not (os.path.lexists(target.ws) or os.path.lexists(target.lock_path)):
-        return None
-    journal = read_journal(target)
-    source = journal.get("source") if journal else None
-    return Target(target.path, source if isinstance(source, str) else target.path, False), journal
-
-
-def _outputs_beside(source: str) -> list[tuple[Target, dict[str, Any]]]:
-    """Interrupted ``--output`` runs from ``source`` whose workspace lies in the folder beside it (an
-    output elsewhere is found by ``migrate OUT --current``)."""
-    parent, out = os.path.dirname(source), []
-    try:
-        names = sorted(os.listdir(parent))
-    except OSError:
-        return []
-    for name in names:
-        if name.startswith(".") and name.endswith(".clef-migrate") and len(name) > len("..clef-migrate"):
-            found = interrupted_output(os.path.join(parent, name[1:-len(".clef-migrate")]))
-            if found and found[1] and found[1].get("source") == source and found[1].get("in_place") is False:
-                out.append((found[0], found[1]))
-    return out
-
-
-def _what(target: Target, journal: dict[str, Any] | None) -> str:
-    if journal is None:
-        if not os.path.lexists(target.ws):
-            return f"only its lock {target.lock_path} is left"
-        return "its workspace holds no journal: nothing in it was needed"
-    return f"{journal.get('revision')} {journal.get('direction')} from {journal.get('source')}, {journal.get('phase')}"
-
-
-def _resume_fix(target: Target, journal: dict[str, Any] | None, display: str) -> str:
-    back = f"clef-format migrate {display} --abort rolls it back"
-    if journal is None or not isinstance(journal.get("source"), str):
-        return back
-    return f"clef-format migrate {journal['source']} --to {journal.get('to')} --output {display} resumes it; {back}"
-
-
-def _interrupted_output_report(target: Target, journal: dict[str, Any] | None, display: str, opts: Options) -> Report:
-    """``migrate OUT --current`` / ``--abort`` where OUT is the absent target of an interrupted ``--output``
-    run: say what waits beside it, or roll it back (the source is never touched: it was only read)."""
-    report = ReportDraft(display, None)
-    report.extra.update({"from": journal.get("from") if journal else None, "to": journal.get("to") if journal else None,
-                         "dry_run": opts.dry_run, "steps": [], "output": None, "recovered": []})
-    if opts.current:
-        report.extra["revision"] = None
-        report.extra["pending"] = f"{journal['revision']} {journal['direction']} ({journal['phase']})" if journal \
-            else None
-        if os.path.lexists(target.ws):
-            report.extra["message"] = (f"{display} does not exist yet: it is the --output of an interrupted migrate "
-                                       f"({_what(target, journal)}); {_resume_fix(target, journal, display)}")
-        else:
-            report.extra["message"] = (f"{display} does not exist; only the lock of a killed migrate into it is left "
-                                       f"({target.lock_path}): clef-format migrate {display} --abort removes it")
-        return report.freeze("migrate")
-    if opts.dry_run:
-        from clef_format.migrate.apply import pending_recovery
-
-        will = pending_recovery(target, None, abort=True)
-        report.extra["recovery"] = will
-        report.extra["message"] = f"--abort would do this: {will}" if will else "no interrupted migration to roll back"
-        return report.freeze("migrate")
-    stale_lock = not os.path.lexists(target.ws)
-    try:
-        with Lock(target):  # refused while the run is still alive; removes a killed run's lock on the way out
-            note = recover(target, None, abort=True)
-    except Refused as exc:
-        report.findings.append(error(exc.code, exc.message, fix=exc.fix))
-        return report.freeze("migrate")
-    except OSError as exc:
-        report.findings.append(error("migrate-failed", f"rolling back the interrupted migration failed: "
-                                                       f"{exc.strerror or exc}", fix=f"clef-format migrate {display} "
-                                                       "--abort (after freeing the cause above)"))
-        return report.freeze("migrate")
-    if note:
-        report.extra["recovered"].append(note)
-        report.findings.append(info("migrate-recovered", note))
-    report.extra["message"] = note or ("no interrupted migration to roll back" +
-                                       ("; removed the lock a killed run had left" if stale_lock else ""))
-    if os.path.isdir(target.path):
-        report.layout = str(read_checkpoint(target.path).layout)
-    return report.freeze("migrate")
 
 
 def migrate(root: str, display: str, opts: Options, progress: Progress | None = None) -> Report:
@@ -230,12 +136,14 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
         journal = read_journal(target)
         report.extra["revision"] = migrations.revision_of(str(ck.layout))
         report.extra["pending"] = f"{journal['revision']} {journal['direction']} ({journal['phase']})" if journal else None
-        outputs = _outputs_beside(target.source) if target.in_place else []
+        from clef_format.migrate import pending
+
+        outputs = pending.outputs_beside(target.source) if target.in_place else []
         if outputs:  # an --output run from this checkpoint, interrupted, with its workspace in the same folder
             report.extra["pending_outputs"] = [t.path for t, _ in outputs]
             report.extra["message"] = "; ".join(
-                f"an interrupted migrate from here into --output {t.path} waits ({_what(t, j)}): "
-                f"{_resume_fix(t, j, t.path)}" for t, j in outputs)
+                f"an interrupted migrate from here into --output {t.path} waits ({pending.what(t, j)}): "
+                f"{pending.resume_fix(t, j, t.path)}" for t, j in outputs)
         return report.freeze("migrate")
     try:
         _check_output(target, root)

@@ -9,6 +9,7 @@ tensor byte-identical; and running migrate again must finish the job and leave n
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 from pathlib import Path
 
@@ -180,3 +181,30 @@ def test_an_output_run_is_found_by_its_output_path(fresh, capsys, tmp_path: Path
         assert out["layout"] is None
     if had_workspace:
         assert dry["message"] == f"--abort would do this: {out['message']}", (dry["message"], out["message"])
+
+
+def test_an_in_place_run_killed_between_the_fallback_renames_is_found_by_its_path(fresh, capsys) -> None:
+    """Where the filesystem cannot exchange, the swap is two renames (T -> workspace/old, workspace/new -> T):
+    killed between them, T does not exist. ``migrate T --current`` and a plain ``migrate T`` say that
+    ``--abort`` puts the original back, and it does, byte for byte. (The state is the one apply leaves
+    there, made by hand: the fallback is not reachable on a filesystem that exchanges.)"""
+    from clef_format.migrate.apply import JOURNAL_VERSION
+
+    root = fresh("layout-1")
+    before = file_digests(root)
+    ws = root.parent / f".{root.name}.clef-migrate"
+    ws.mkdir()
+    shutil.copytree(root, ws / "new")
+    root.rename(ws / "old")
+    (ws / "journal.json").write_text(json.dumps({
+        "version": JOURNAL_VERSION, "revision": "0001_int8_tables", "direction": "upgrade", "from": "layout-1",
+        "to": "layout-2", "source": str(root), "target": str(root), "in_place": True, "phase": "staged",
+        "fingerprint": {}, "done": {}, "quality": {}}))
+    current = _rerun(capsys, str(root), "--current")
+    assert "staged" in current["pending"] and f"clef-format migrate {root} --abort puts the original" in \
+        current["message"]
+    rc = main(["migrate", str(root), "--json"])
+    plain = json.loads(capsys.readouterr().out)
+    assert rc == 2 and "--abort puts the original tree back" in plain["findings"][0]["fix"], plain
+    out = _rerun(capsys, str(root), "--abort")
+    assert out["layout"] == "layout-1" and file_digests(root) == before and siblings(root) == [], out
