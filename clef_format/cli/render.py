@@ -43,7 +43,7 @@ def render_report(report: Report, title: str | None = None) -> str:
     verdict = style("OK", "green", True) if report.ok else style("BROKEN", "error", True)
     lines = [
         f"{style(title or report.command, bold=True)} {report.path}",
-        f"  layout   {style(report.layout, bold=True)}",
+        f"  layout   {style(report.layout, bold=True) if report.layout is not None else '- (no checkpoint there)'}",
         f"  result   {verdict}  ({errors} error(s), {warnings} warning(s))",
     ]
     files = d.get("files") or {}

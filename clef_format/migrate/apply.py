@@ -17,7 +17,8 @@ drops it when the process dies, so a SIGKILL never leaves a stale lock):
 The next call on ``T`` reads the journal first: staging -> resume (or roll back with ``abort``),
 staged -> finish the swap if the source is unchanged, swapped -> finish the cleanup.
 ``CLEF_FORMAT_CRASH_AT=<phase>:<n>`` SIGKILLs the process at the n-th crash point of a phase
-(lock, stage, journal, verify, swap, cleanup): the crash-injection tests use it.
+(``CRASH_PHASES``: lock, journal, stage, verify, swap, cleanup; ``:INT`` sends SIGINT instead): the
+crash-injection tests use it, and any other value is a usage error (``check_crash_env``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ from clef_format.read.hf_cache import blobs_dir
 from clef_format.report import Report
 
 CRASH_ENV = "CLEF_FORMAT_CRASH_AT"
+#: Every phase with crash points, in the order a run meets them (docs/MIGRATION.md lists them).
+CRASH_PHASES = ("lock", "journal", "stage", "verify", "swap", "cleanup")
 JOURNAL_VERSION = 1
 _crash_counts: dict[str, int] = {}
 _crash_lock = threading.Lock()
@@ -64,6 +67,23 @@ def crashpoint(phase: str) -> None:
         hit = _crash_counts[phase] == int(n or 1)
     if hit:
         os.kill(os.getpid(), signal.SIGINT if sig == "INT" else signal.SIGKILL)
+
+
+def check_crash_env() -> None:
+    """A ``CLEF_FORMAT_CRASH_AT`` that names no crash point is a usage error, never silently ignored:
+    ``<phase>[:<n>[:INT]]``, phase one of ``CRASH_PHASES``, n a positive integer (default 1)."""
+    from clef_format.errors import UsageError
+
+    spec = os.environ.get(CRASH_ENV)
+    if not spec:
+        return
+    phase, _, rest = spec.partition(":")
+    n, _, sig = rest.partition(":")
+    count_ok = n == "" or (n.isascii() and n.isdigit() and int(n) >= 1)
+    if phase not in CRASH_PHASES or not count_ok or sig not in ("", "INT"):
+        raise UsageError(f"{CRASH_ENV}={spec!r} names no crash point: it takes <phase>[:<n>[:INT]], phase one of "
+                         f"{', '.join(CRASH_PHASES)}, n a positive integer",
+                         fix=f"unset {CRASH_ENV} (it is for the crash-injection tests), or set e.g. {CRASH_ENV}=stage:2")
 
 
 @dataclass

@@ -12,13 +12,14 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from clef_format.errors import CouldNotRun, NonFiniteRows, Refused, UsageError
+from clef_format.errors import CouldNotRun, NonFiniteRows, PathNotFound, Refused, UsageError
 from clef_format.migrate.apply import (
     CleanupIncomplete,
     Lock,
     SwapFailed,
     Target,
     carried_by_link,
+    check_crash_env,
     make_target,
     preflight,
     read_journal,
@@ -104,7 +105,16 @@ def migrate_path(path: str, opts: Options, progress: Progress | None = None) -> 
     """
     from clef_format.read.hf_cache import locate_checkpoint
 
-    root = locate_checkpoint(path)
+    check_crash_env()
+    try:
+        root = locate_checkpoint(path)
+    except PathNotFound as exc:  # an interrupted run into PATH keeps its workspace beside it: look there
+        from clef_format.migrate import pending
+
+        found = pending.interrupted_at(path)
+        if found is not None and (opts.abort or opts.current):
+            return pending.report_interrupted(*found, path, current=opts.current, dry_run=opts.dry_run)
+        raise pending.not_found(path, exc, found) from None
     if not os.access(root, os.R_OK | os.X_OK):
         raise CouldNotRun(f"{path}: permission denied", fix="run as a user who can read the checkpoint")
     return migrate(root, path, opts, progress)
@@ -126,9 +136,19 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
         journal = read_journal(target)
         report.extra["revision"] = migrations.revision_of(str(ck.layout))
         report.extra["pending"] = f"{journal['revision']} {journal['direction']} ({journal['phase']})" if journal else None
+        from clef_format.migrate import pending
+
+        outputs = pending.outputs_beside(target.source) if target.in_place else []
+        if outputs:  # an --output run from this checkpoint, interrupted, with its workspace in the same folder
+            report.extra["pending_outputs"] = [t.path for t, _ in outputs]
+            report.extra["message"] = "; ".join(
+                f"an interrupted migrate from here into --output {t.path} waits ({pending.what(t, j)}): "
+                f"{pending.resume_fix(t, j, t.path)}" for t, j in outputs)
         return report.freeze("migrate")
     try:
         _check_output(target, root)
+        if not opts.abort and _nothing_to_do(ck, target, opts):
+            return _already_there(ck, target, opts, report, display).freeze("migrate")
         _refuse_cache(target, ck, display, opts)
         survey_source(root, target.in_place)
         if opts.dry_run:
@@ -151,7 +171,8 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
                 report.findings.append(info("migrate-recovered", note))
             if opts.abort:
                 report.extra["message"] = note or "no interrupted migration to roll back"
-                report.layout = str(read_checkpoint(root).layout)
+                # an --output the run had created is gone again: nothing is there to have a layout
+                report.layout = str(read_checkpoint(root).layout) if os.path.isdir(root) else None
                 return report.freeze("migrate")
             if not target.in_place and os.path.isdir(target.path) and os.listdir(target.path):
                 target = Target(target.path, target.path, True)  # a recovered output: go on from there
@@ -166,6 +187,38 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
                                                        "is kept in its journal", fix=f"clef-format migrate {display} "
                                                        f"--to {opts.to} (resumes or rolls back), or --abort"))
     return report.freeze("migrate")
+
+
+def _nothing_to_do(ck: Checkpoint, target: Target, opts: Options) -> bool:
+    """The checkpoint is at ``opts.to`` and no interrupted run (workspace or lock) waits at the target:
+    nothing is planned, locked or written, for the dry run and the real run alike."""
+    from clef_format import migrations
+
+    return migrations.path(str(ck.layout), opts.to) == [] and not os.path.lexists(target.ws) \
+        and not os.path.lexists(target.lock_path)
+
+
+def _nothing_message(target: Target, opts: Options, display: str) -> str:
+    message = f"already at {opts.to}: nothing to do, nothing written"
+    if not target.in_place and target.source != target.path:
+        made = "was left as it was" if os.path.lexists(target.path) else "was not created"
+        message += f" (--output {target.path} {made}: {display} itself is the {opts.to} checkpoint)"
+    return message
+
+
+def _already_there(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft, display: str) -> ReportDraft:
+    """Nothing to do: the report is the source's verify report, and the result is the source."""
+    from clef_format.verify.run import verify_checkpoint
+
+    report.extra["message"] = _nothing_message(target, opts, display)
+    final = verify_checkpoint(ck, display)
+    report.layout = final.layout
+    report.findings.extend(final.findings)
+    if opts.dry_run:
+        report.extra["recovery"] = None
+    else:
+        report.extra["result"] = target.source
+    return report
 
 
 def _cwd() -> str | None:
@@ -220,7 +273,7 @@ def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft)
         return report
     route = _route(ck, opts.to)
     if not route:
-        report.extra["message"] = f"already at {opts.to}: nothing to do"
+        report.extra["message"] = _nothing_message(target, opts, report.path)
     for i, edge in enumerate(route):
         if i == 0:
             plan = edge.plan(ck)
@@ -251,7 +304,7 @@ def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraf
 
     route = _route(ck, opts.to)
     if not route:
-        report.extra["message"] = f"already at {opts.to}: nothing to do"
+        report.extra["message"] = _nothing_message(target, opts, display)
     while route:
         edge = route[0]
         plan = edge.plan(ck)
@@ -292,7 +345,8 @@ def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraf
         target = Target(target.path, target.path, True)
         ck = read_checkpoint(target.path)
         route = _route(ck, opts.to)
-    final = verify_checkpoint(read_checkpoint(target.path), display)
+    done = target.path if report.extra["steps"] else target.source  # no step ran: the source is the result
+    final = verify_checkpoint(read_checkpoint(done), display)
     report.layout = final.layout
     report.findings.extend(final.findings)
-    report.extra["result"] = target.path
+    report.extra["result"] = done

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 
 from clef_format.errors import PathNotFound
 
@@ -174,18 +175,46 @@ def snapshot_blob(root: str, full: str) -> str | None:
 
 
 def local_dir_etag(root: str, rel: str) -> str | None:
-    """The etag ``snapshot_download(local_dir=...)`` recorded for ``rel``, if its metadata is present and sane."""
+    """The etag ``snapshot_download(local_dir=...)`` recorded for ``rel``, if its metadata is present and sane.
+
+    None when there is no metadata file (or it lies outside the checkpoint, or is not a regular file).
+    Raises ``OSError`` whose ``filename`` (relative to ``root``) is the metadata file, or the folder on
+    its way that cannot be searched, when the metadata may exist but cannot be read: nothing may be
+    said about a file whose reference was never seen.
+    """
     from clef_format.read.paths import inside
 
-    meta = os.path.join(root, *LOCAL_DIR_DOWNLOAD.split("/"), *rel.split("/")) + ".metadata"
+    meta_rel = f"{LOCAL_DIR_DOWNLOAD}/{rel}.metadata"
+    meta = os.path.join(root, *meta_rel.split("/"))
+    if not inside(os.path.realpath(meta), os.path.realpath(root)):
+        return None
     try:
-        if not inside(os.path.realpath(meta), os.path.realpath(root)) or not os.path.isfile(meta):
-            return None
+        st = os.stat(meta)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, _blocking_folder(root, meta_rel)) from None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    try:
         with open(meta, "rb") as fh:
             lines = fh.read(_MAX_METADATA).decode("utf-8", "replace").splitlines()
-    except OSError:
-        return None
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, meta_rel) from None
     return lines[1] if len(lines) >= 2 else None
+
+
+def _blocking_folder(root: str, rel: str) -> str:
+    """The first folder on the way to ``rel`` whose entries cannot be looked up (else ``rel`` itself)."""
+    parts = rel.split("/")
+    for i in range(1, len(parts)):
+        try:
+            os.lstat(os.path.join(root, *parts[:i + 1]))
+        except PermissionError:
+            return "/".join(parts[:i])
+        except OSError:
+            break
+    return rel
 
 
 def incomplete_downloads(folder: str, recursive: bool) -> list[str]:

@@ -101,7 +101,7 @@ def _int(d: Mapping[str, Any], key: str, where: str, default: int | None = None,
 def _text_config(d: Mapping[str, Any], where: str) -> TextConfig:
     n = _int(d, "num_hidden_layers", where, limit=MAX_LAYERS)
     layer_types = d.get("layer_types")
-    if layer_types is None:
+    if layer_types is None:  # as transformers: full_attention_interval is read only without layer_types
         interval = _int(d, "full_attention_interval", where, 4)
         layer_types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n)]
     if (
@@ -125,7 +125,8 @@ def _text_config(d: Mapping[str, Any], where: str) -> TextConfig:
         linear_key_head_dim=_int(d, "linear_key_head_dim", where),
         linear_value_head_dim=_int(d, "linear_value_head_dim", where),
         linear_conv_kernel_dim=_int(d, "linear_conv_kernel_dim", where),
-        attn_output_gate=bool(d.get("attn_output_gate", True)),
+        # not a field of transformers' config (kept untyped); vLLM sizes q_proj by 1 + attn_output_gate
+        attn_output_gate=_bool(d, "attn_output_gate", where, True),
         attention_bias=_bool(d, "attention_bias", where),
     )
 
@@ -168,8 +169,9 @@ def parse_config(config: Any) -> ModelConfig:
             raise ConfigError("config.json: text_config must be an object")
         text = _text_config(config["text_config"], "text_config")
         vision_raw = config.get("vision_config")
-        if vision_raw is not None and not isinstance(vision_raw, dict):
-            raise ConfigError("config.json: vision_config must be an object")
+        if "vision_config" in config and not isinstance(vision_raw, dict):
+            # null too: transformers then builds its default vision tower, which no Clef checkpoint stores
+            raise ConfigError("config.json: vision_config must be an object (leave it out for a text-only model)")
         vision = _vision_config(vision_raw) if vision_raw is not None else None
     else:
         text = _text_config(config, "config")
@@ -183,17 +185,22 @@ MODEL_DTYPES = ("BF16", "F16", "F32")
 
 def _model_dtype(config: Mapping[str, Any]) -> str:
     """The dtype of the unquantized tensors: ``torch_dtype`` (or ``dtype``, transformers 5) at the top
-    level or in ``text_config``; BF16 when none is given."""
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
-    for where, d in (("config", config), ("text_config", text)):
+    level or in ``text_config``; BF16 when none is given. Every such key present (``vision_config``'s
+    too) must name a float dtype or be null: transformers resolves a string as a torch attribute."""
+    found = None
+    for where in ("config", "text_config", "vision_config"):
+        d = config if where == "config" else config.get(where)
+        if not isinstance(d, dict):
+            continue
         for key in ("torch_dtype", "dtype"):
             if key in d and d[key] is not None:
                 value = d[key]
                 mapped = TORCH_DTYPES.get(value) if isinstance(value, str) else None
                 if mapped not in MODEL_DTYPES:
                     raise ConfigError(f"{where}.{key} = {value!r} is not a float dtype (bfloat16, float16, float32)")
-                return mapped
-    return DEFAULT_MODEL_DTYPE
+                if found is None and where != "vision_config":
+                    found = mapped
+    return found or DEFAULT_MODEL_DTYPE
 
 
 def text_prefix(cfg: ModelConfig) -> str:

@@ -57,7 +57,8 @@ def cache_reference(ck: Checkpoint, rel: str) -> Reference | None:
 
 
 def local_dir_reference(ck: Checkpoint, rel: str) -> Reference | None:
-    """The etag of ``snapshot_download(local_dir=...)`` metadata for ``rel``, if present and sane."""
+    """The etag of ``snapshot_download(local_dir=...)`` metadata for ``rel``, if present and sane.
+    Raises ``OSError`` (``filename``: what cannot be read) when the metadata cannot be read."""
     etag = local_dir_etag(ck.root, rel)
     return _etag_reference(etag, "local_dir download metadata", ck.path(rel)) if etag else None
 
@@ -69,6 +70,7 @@ def gather_references(ck: Checkpoint) -> tuple[dict[str, Reference], list[str], 
     findings.extend(problems)
     refs: dict[str, Reference] = {}
     unchecked: list[str] = []
+    blocked: set[str] = set()  # metadata files or folders already reported unreadable
     if entries is not None:
         for rel in sorted(set(entries) - set(ck.files)):
             findings.append(error("missing-file", f"{rel} is listed in {MANIFEST_NAME} but absent", file=rel,
@@ -84,7 +86,19 @@ def gather_references(ck: Checkpoint) -> tuple[dict[str, Reference], list[str], 
                 continue
             refs[rel] = Reference(MANIFEST_ALGORITHM, entry.digest, MANIFEST_NAME, ck.path(rel))
             continue
-        ref = cache_reference(ck, rel) or local_dir_reference(ck, rel)
+        try:
+            ref = cache_reference(ck, rel) or local_dir_reference(ck, rel)
+        except OSError as exc:  # its reference may exist but cannot be read: could not run (exit 2), no verdict
+            if exc.filename not in blocked:
+                blocked.add(exc.filename)
+                what = (f"cannot be read: {exc.strerror} (the download metadata {rel} is checked against)"
+                        if exc.filename.endswith(".metadata") else
+                        f"cannot be searched: {exc.strerror} (it holds the download metadata the files are checked "
+                        "against)")
+                findings.append(error("unreadable", f"{exc.filename} {what}", file=exc.filename,
+                                      fix="make it readable (chmod / chown), or run as a user who can read the whole "
+                                          "checkpoint"))
+            continue
         if ref is not None:
             refs[rel] = ref
         elif not (rel == MANIFEST_NAME and entries is not None):

@@ -50,11 +50,16 @@ def check_checkpoint(source: CheckpointSource, plugin_version: str, vllm_version
     marker against the version: the clearest reason comes first), then every error of verify's
     checks (layout, tables, backbone exactness, joint head, quantization patterns on
     ``vllm_version``, by default the running vLLM's). Headers only: no tensor data beyond the table
-    scales, no torch. Raises ``PathNotFound`` when the checkpoint does not exist.
+    scales, no torch. Raises ``PathNotFound`` when the checkpoint does not exist, ``UsageError`` (the
+    error of a bad argument) for a ``vllm_version`` that names no vLLM version clef-format has rules for.
     """
     from clef_format.read.checkpoint import open_checkpoint
     from clef_format.spec.marker import MarkerError, read_marker
     from clef_format.verify.run import verify_checkpoint
+    from clef_format.vllm_rules.names import check_vllm_version
+
+    if vllm_version is not None:
+        check_vllm_version(vllm_version)
 
     ck = open_checkpoint(source)
     if ck.unreadable:

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from typing import Any, Mapping
 
 from clef_format.spec.model_spec import ModelConfig
+from clef_format.vllm_rules import config_types as T
 from clef_format.vllm_rules.names import MULTIMODAL_ARCH, vllm_arch
 
 #: ``model_type`` per served class: transformers' AutoConfig picks the config class by it (an unknown
@@ -63,6 +64,7 @@ def config_problems(raw: Mapping[str, Any], cfg: ModelConfig, tables_stored: boo
     ``tables_stored``: the checkpoint stores embed_tokens and lm_head as two tables (every Clef layout
     does: the backbone, the int8 tables file or the release).
     """
+    typed = type_problems(raw, tables_stored)
     out: list[ConfigProblem] = []
     arch = vllm_arch(cfg)
     text_raw = raw.get("text_config") if cfg.multimodal or isinstance(raw.get("text_config"), dict) else raw
@@ -122,6 +124,23 @@ def config_problems(raw: Mapping[str, Any], cfg: ModelConfig, tables_stored: boo
                 out.append(ConfigProblem(
                     key, f"{key} is true, but this checkpoint stores embed_tokens and lm_head as two tables "
                     f"(Clef's lm_head is untied): {reader}", set_fix(key, False)))
+    seen = {p.key for p in typed}  # a value of the wrong type: that one finding, not a second about the value
+    return typed + [p for p in out if p.key not in seen]
+
+
+def type_problems(raw: Mapping[str, Any], tables_stored: bool = True) -> list[ConfigProblem]:
+    """A value of a JSON type transformers' strict config classes refuse (``config_types``), per key."""
+    out: list[ConfigProblem] = []
+    for key, cls, types, value in T.type_problems(raw):
+        ok, value_fix = T.repaired(types, value)
+        if tables_stored and key.rsplit(".", 1)[-1] == "tie_word_embeddings":
+            ok, value_fix = True, False  # whatever "true" or 1 meant: two stored tables are untied (the rule below)
+        out.append(ConfigProblem(
+            key, f"{key} is {T.got(value)}, but transformers' {cls} accepts only {T.describe(types)} there and "
+            "refuses the config otherwise (strict field validation): neither transformers nor vLLM, which reads "
+            "config.json through it, loads this checkpoint",
+            set_fix(key, value_fix) if ok else f"set {key} to {T.describe(types)}: the value of the original "
+            "export"))
     return out
 
 

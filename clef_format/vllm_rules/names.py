@@ -105,6 +105,21 @@ def rules_for(version: str = DEFAULT_VLLM) -> VersionRules:
     return VersionRules(**flags, proven=any(version_key(p) == key for p in PROVEN))
 
 
+def check_vllm_version(version: object) -> str:
+    """``version`` itself when clef-format has rules for it ("0.28", "0.33.0", "0.34": ``rules_for``);
+    else ``UsageError`` (a bad argument) saying what to pass."""
+    from clef_format.errors import UsageError
+
+    try:
+        if not isinstance(version, str):
+            raise ValueError(f"not a vLLM version: {version!r}")
+        rules_for(version)
+    except ValueError as exc:
+        raise UsageError(str(exc), fix=f"give a vLLM version as major.minor[.patch], {_OLDEST[0]}.{_OLDEST[1]} or "
+                                       f"later (proven: {', '.join(PROVEN)})") from None
+    return version
+
+
 def differing_rules(a: str, b: str) -> list[VersionRule]:
     """The VERSION_TABLE rows on which vLLM ``a`` and ``b`` differ."""
     ka, kb = version_key(a), version_key(b)

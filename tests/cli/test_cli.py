@@ -147,6 +147,24 @@ def test_vllm_version_option(built, capsys):
     assert proc.returncode == 2 and "older than any version" in proc.stdout + proc.stderr
 
 
+@pytest.mark.parametrize("command", ["verify", "layers"])
+@pytest.mark.parametrize("version", ["0.28", "0.33.1", "0.30", "0.34"])
+def test_an_unproven_vllm_version_is_accepted_and_said_so(built, capsys, command: str, version: str) -> None:
+    """Versions past 0.28 all have rules (the version table), but only names.PROVEN are proven: verify and
+    layers alike say so in an info finding (exit 0), and say nothing for a proven one."""
+    from clef_format.vllm_rules.names import PROVEN
+
+    assert main([command, str(built("layout-2", "hybrid")), "--json", "--vllm-version", version]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    notes = [f for f in payload["findings"] if f["code"] == "vllm-unproven"]
+    if version.rsplit(".", 1)[0] in PROVEN or version in PROVEN:
+        assert notes == []
+    else:
+        (note,) = notes
+        assert note["severity"] == "info" and version in note["message"] and "not proven" in note["message"]
+        assert payload["ok"] and all(p in note["message"] for p in PROVEN)
+
+
 def test_ctrl_c_after_the_outcome_is_printed_cannot_change_the_exit_status(built) -> None:
     """The console script keeps SIGINT ignored once it has printed its one outcome, so a late Ctrl-C
     cannot turn an exit 0 with ``"ok": true`` into 130; an in-process caller (argv given) gets its

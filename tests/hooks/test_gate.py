@@ -179,3 +179,15 @@ def test_the_gate_uses_the_running_vllms_rules(fresh) -> None:
     root = fresh("layout-2", "hybrid")
     ck = check_checkpoint(root, "0.2.1")
     assert ck.vllm_version in (v, None) or ck.vllm_version == DEFAULT_VLLM
+
+
+@pytest.mark.parametrize("vllm_version", ["garbage", "0.1", "", "0", 7, ["0.28"]])
+def test_a_bad_vllm_version_is_a_usage_error_with_a_fix(built, vllm_version) -> None:
+    """The library's error for a bad argument (``UsageError``), with message and fix, before anything is
+    read: never a bare ValueError or AttributeError."""
+    from clef_format.errors import UsageError
+
+    with pytest.raises(UsageError) as exc:
+        check_checkpoint(built("layout-2", "bf16"), "0.2.0", vllm_version=vllm_version)
+    assert str(exc.value) and "0.28" in exc.value.fix and exc.value.code == "usage-error"
+    assert check_checkpoint(built("layout-2", "bf16"), "0.2.0", vllm_version="0.34")  # unproven, but known

@@ -19,6 +19,7 @@ from clef_format.read.checkpoint import read_checkpoint
 from clef_format.read.safetensors import read_header
 from clef_format.spec import layouts as L
 from clef_format.spec import tables_format as TF
+from clef_format.verify.run import verify_checkpoint
 from tests.migrate.helpers import backbone_digests, cli, file_digests, siblings, table_bytes, verified
 
 
@@ -113,6 +114,80 @@ def test_already_at_target_does_nothing(fresh, capsys) -> None:
     rc, out = run_json(capsys, str(root), "--to", "layout-2")
     assert rc == 0 and out["ok"] and out["steps"] == [] and "nothing to do" in out["message"]
     assert {p: p.stat().st_mtime_ns for p in root.rglob("*")} == before
+
+
+@pytest.mark.parametrize("out_state", ["absent", "empty"])
+@pytest.mark.parametrize("layout", ["layout-1", "layout-2"])
+def test_already_at_target_with_output_writes_nothing_and_reports_the_source(fresh, capsys, tmp_path: Path,
+                                                                             layout: str, out_state: str) -> None:
+    """``--to`` the source's own layout with ``--output OUT``: exit 0 and the source's verify report, dry run
+    and real run alike; ``result`` is the source, OUT is not created (or stays empty), nothing beside it."""
+    root = fresh(layout)
+    before = file_digests(root)
+    out_dir = tmp_path / "out"
+    if out_state == "empty":
+        out_dir.mkdir()
+    source_codes = sorted(f.code for f in verify_checkpoint(read_checkpoint(root), str(root)).findings)
+    for extra in (["--dry-run"], []):
+        rc, out = run_json(capsys, str(root), "--to", layout, "--output", str(out_dir), *extra)
+        assert rc == 0 and out["ok"] and out["steps"] == [] and out["layout"] == layout, out
+        assert "nothing to do, nothing written" in out["message"] and str(root) in out["message"], out["message"]
+        assert sorted(f["code"] for f in out["findings"]) == source_codes
+        assert out.get("result") == (None if extra else str(root.resolve()))
+        assert out_dir.exists() == (out_state == "empty") and (out_state == "absent" or not any(out_dir.iterdir()))
+        assert siblings(out_dir) == [] and file_digests(root) == before
+
+
+@pytest.mark.parametrize("output", [False, True])
+def test_already_at_target_predicts_its_status_in_the_dry_run(fresh, capsys, tmp_path: Path, output: bool) -> None:
+    """A source at the target layout that verify rejects: the real run and the dry run both exit 1 with the
+    source's errors (nothing is written either way)."""
+    root = fresh("layout-2", "bf16", num_layers=4)
+    cfg = json.loads((root / L.CONFIG).read_text())
+    cfg["text_config"]["hidden_act"] = "gelu"
+    (root / L.CONFIG).write_text(json.dumps(cfg))
+    args = [str(root), "--to", "layout-2"] + (["--output", str(tmp_path / "out")] if output else [])
+    rc_dry, dry = run_json(capsys, *args, "--dry-run")
+    rc, real = run_json(capsys, *args)
+    codes = {f["code"] for f in real["findings"]}
+    assert rc_dry == rc == 1 and "config-invalid" in codes and {f["code"] for f in dry["findings"]} == codes
+    assert not (tmp_path / "out").exists() and siblings(root) == []
+
+
+@pytest.mark.parametrize("flag", [[], ["--abort"], ["--current"]])
+def test_an_absent_path_with_nothing_beside_it_says_what_to_give(capsys, tmp_path: Path, flag: list[str]) -> None:
+    rc, out = run_json(capsys, str(tmp_path / "nowhere"), *flag)
+    (finding,) = out["findings"]
+    assert rc == 2 and finding["code"] == "path-not-found" and "no interrupted migrate into it" in finding["message"]
+    assert "org/name" in finding["fix"] and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("value", ["bogus:1", "stage:0", "stage:x", "stage:1:TERM", "swap:２", ":1"])
+def test_a_crash_setting_that_names_no_crash_point_is_a_usage_error(fresh, value: str) -> None:
+    """CLEF_FORMAT_CRASH_AT that names no crash point: exit 2, one JSON object naming the phases, nothing
+    written (it used to be ignored silently)."""
+    from clef_format.migrate.apply import CRASH_PHASES
+
+    root = fresh("layout-1")
+    before = file_digests(root)
+    for extra in ([], ["--dry-run"]):
+        proc = cli("migrate", str(root), "--json", *extra, env={"CLEF_FORMAT_CRASH_AT": value})
+        out = json.loads(proc.stdout)
+        (finding,) = out["findings"]
+        assert proc.returncode == 2 and finding["code"] == "usage-error" and out["error"], out
+        assert all(p in finding["message"] for p in CRASH_PHASES) and finding["fix"]
+    assert file_digests(root) == before and siblings(root) == []
+
+
+@pytest.mark.parametrize("flags", [["--abort", "--current"], ["--abort", "--to", "layout-2"],
+                                   ["--abort", "--to", "layout-1", "--dry-run"]])
+def test_abort_with_current_or_to_is_a_usage_error(fresh, capsys, flags: list[str]) -> None:
+    root = fresh("layout-1")
+    before = file_digests(root)
+    rc, out = run_json(capsys, str(root), *flags)
+    (finding,) = out["findings"]
+    assert rc == 2 and finding["code"] == "usage-error" and "contradict" in finding["message"] and finding["fix"]
+    assert file_digests(root) == before and siblings(root) == []
 
 
 def test_history_and_current(fresh, capsys) -> None:

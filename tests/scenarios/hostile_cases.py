@@ -429,6 +429,21 @@ CASES: list[Case] = [
     Case("config-text-config-list", edit_json(L.CONFIG, lambda c: c.__setitem__("text_config", [])), "bad-config"),
     Case("config-huge-file", sparse_file(L.CONFIG, 64 * _MB), "bad-config"),
     Case("config-nested-bomb", json_file(L.CONFIG, text=b"[" * 200_000 + b"]" * 200_000), "bad-config"),
+    # values transformers' strict config classes refuse by JSON type alone (vllm_rules/config_types.py)
+    Case("config-tie-string", edit_json(L.CONFIG, lambda c: c.__setitem__("tie_word_embeddings", "true")),
+         "config-invalid"),
+    Case("config-tie-int", edit_json(L.CONFIG, lambda c: c.__setitem__("tie_word_embeddings", 1)), "config-invalid"),
+    Case("config-eps-string", edit_json(L.CONFIG, lambda c: c["text_config"].__setitem__("rms_norm_eps", "1e-6")),
+         "config-invalid"),
+    Case("config-eps-int", edit_json(L.CONFIG, lambda c: c["text_config"].__setitem__("rms_norm_eps", 0)),
+         "config-invalid"),
+    Case("config-max-positions-string", edit_json(L.CONFIG, lambda c: c["text_config"].__setitem__(
+        "max_position_embeddings", "32768")), "config-invalid"),
+    Case("config-text-dtype-unknown", edit_json(L.CONFIG, lambda c: c["text_config"].__setitem__("dtype", "x")),
+         "bad-config"),
+    Case("config-gate-string", edit_json(L.CONFIG, lambda c: c["text_config"].__setitem__("attn_output_gate", "false")),
+         "bad-config"),
+    Case("config-vision-null", edit_json(L.CONFIG, lambda c: c.__setitem__("vision_config", None)), "bad-config"),
     # --- the version marker ------------------------------------------------------------------
     Case("marker-invalid-specifier", edit_json(L.HEAD_CONFIG, lambda c: c.__setitem__(L.MARKER_KEY, "~=banana")),
          "marker-invalid"),

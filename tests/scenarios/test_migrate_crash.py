@@ -9,13 +9,14 @@ tensor byte-identical; and running migrate again must finish the job and leave n
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 from pathlib import Path
 
 import pytest
 
 from clef_format.cli.main import main
-from tests.migrate.helpers import backbone_digests, cli, siblings, table_bytes, verified
+from tests.migrate.helpers import backbone_digests, cli, file_digests, siblings, table_bytes, verified
 
 # (phase, n): lock; journal writes (start, each finished file, staged, swapped); stage ticks and files
 # in the middle of writing; verify of the new tree; before / after the atomic swap; the cleanup steps.
@@ -133,3 +134,77 @@ def test_abort_of_an_output_run_leaves_things_as_before(fresh, capsys, tmp_path:
     assert "rolled back" in out["message"], out["message"]
     assert not out_dir.exists() and siblings(out_dir) == []
     assert table_bytes(root) == tables and backbone_digests(root) == digests
+
+
+@pytest.mark.parametrize("phase,n", ABORT_POINTS, ids=[f"{p}:{n}" for p, n in ABORT_POINTS])
+def test_an_output_run_is_found_by_its_output_path(fresh, capsys, tmp_path: Path, phase: str, n: int) -> None:
+    """An interrupted ``--output OUT`` run into a new folder, killed at each point: OUT need not exist, its
+    workspace and lock lie beside it. ``migrate OUT --current`` reports the run, ``migrate SRC --current``
+    points at it, a plain ``migrate OUT`` says what to run, ``migrate OUT --abort --dry-run`` changes
+    nothing and says what ``--abort`` does, ``migrate OUT --abort`` rolls it back: OUT is gone again unless
+    the run had finished (then it is the verified layout-2 result), nothing is left beside OUT, and the
+    source is byte for byte what it was."""
+    root = fresh("layout-1")
+    before_src = file_digests(root)
+    out_dir = tmp_path / "out"
+    proc = cli("migrate", str(root), "--output", str(out_dir), "--json", env={"CLEF_FORMAT_CRASH_AT": f"{phase}:{n}"})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    assert siblings(out_dir), "the kill left neither workspace nor lock"
+    ws = tmp_path / ".out.clef-migrate"
+    journal = json.loads((ws / "journal.json").read_text()) if (ws / "journal.json").is_file() else None
+    had_workspace = ws.exists()
+
+    current = _rerun(capsys, str(out_dir), "--current")
+    if journal is not None:
+        assert journal["phase"] in current["pending"], current
+    if not out_dir.exists():
+        assert current["layout"] is None and "does not exist" in current["message"], current
+        assert "--abort" in current["message"] and (journal is None or str(root) in current["message"])
+        rc = main(["migrate", str(out_dir), "--json"])
+        plain = json.loads(capsys.readouterr().out)
+        assert rc == 2 and plain["findings"][0]["code"] == "path-not-found"
+        assert f"clef-format migrate {out_dir} --abort" in plain["findings"][0]["fix"], plain
+    src_current = _rerun(capsys, str(root), "--current")
+    if journal is not None:
+        assert src_current["pending_outputs"] == [str(out_dir)] and str(out_dir) in src_current["message"]
+    else:
+        assert "pending_outputs" not in src_current
+
+    state = _tree_state(root)
+    dry = _rerun(capsys, str(out_dir), "--abort", "--dry-run")
+    assert _tree_state(root) == state, "--abort --dry-run changed the files"
+    out = _rerun(capsys, str(out_dir), "--abort")
+    assert siblings(out_dir) == [] and file_digests(root) == before_src
+    if out_dir.exists():  # the kill came after the cleanup had removed the journal: the run was complete
+        assert journal is None and verified(out_dir)[:2] == ("layout-2", True)
+    else:
+        assert out["layout"] is None
+    if had_workspace:
+        assert dry["message"] == f"--abort would do this: {out['message']}", (dry["message"], out["message"])
+
+
+def test_an_in_place_run_killed_between_the_fallback_renames_is_found_by_its_path(fresh, capsys) -> None:
+    """Where the filesystem cannot exchange, the swap is two renames (T -> workspace/old, workspace/new -> T):
+    killed between them, T does not exist. ``migrate T --current`` and a plain ``migrate T`` say that
+    ``--abort`` puts the original back, and it does, byte for byte. (The state is the one apply leaves
+    there, made by hand: the fallback is not reachable on a filesystem that exchanges.)"""
+    from clef_format.migrate.apply import JOURNAL_VERSION
+
+    root = fresh("layout-1")
+    before = file_digests(root)
+    ws = root.parent / f".{root.name}.clef-migrate"
+    ws.mkdir()
+    shutil.copytree(root, ws / "new")
+    root.rename(ws / "old")
+    (ws / "journal.json").write_text(json.dumps({
+        "version": JOURNAL_VERSION, "revision": "0001_int8_tables", "direction": "upgrade", "from": "layout-1",
+        "to": "layout-2", "source": str(root), "target": str(root), "in_place": True, "phase": "staged",
+        "fingerprint": {}, "done": {}, "quality": {}}))
+    current = _rerun(capsys, str(root), "--current")
+    assert "staged" in current["pending"] and f"clef-format migrate {root} --abort puts the original" in \
+        current["message"]
+    rc = main(["migrate", str(root), "--json"])
+    plain = json.loads(capsys.readouterr().out)
+    assert rc == 2 and "--abort puts the original tree back" in plain["findings"][0]["fix"], plain
+    out = _rerun(capsys, str(root), "--abort")
+    assert out["layout"] == "layout-1" and file_digests(root) == before and siblings(root) == [], out

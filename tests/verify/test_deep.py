@@ -198,3 +198,29 @@ def test_a_file_unreadable_while_hashing_is_unreadable_not_a_verdict(tmp_path: P
     out = json.loads(proc.stdout)
     assert proc.returncode == 2, out
     assert "unreadable" in [f["code"] for f in out["findings"]] and out["error"]
+
+
+@pytest.mark.parametrize("blocked", ["metadata-file", "download-folder"])
+def test_unreadable_local_dir_metadata_is_unreadable_not_silence(tmp_path: Path, blocked: str) -> None:
+    """A ``snapshot_download(local_dir=...)`` folder whose metadata file (or the folder holding them) cannot
+    be read: the reference a file is checked against may exist but was never seen, so ``--deep`` could not
+    run (exit 2, ``unreadable`` naming what cannot be read, once), never a pass with a manifest-missing
+    warning. Run without the capabilities that let root ignore file modes."""
+    from clef_format.fixtures.hub_cache import build_local_dir
+
+    root = build_local_dir(tmp_path / "ck", pristine())
+    download = root / ".cache" / "huggingface" / "download"
+    target = download / "model.safetensors.metadata" if blocked == "metadata-file" else download
+    rel = str(target.relative_to(root))
+    target.chmod(0)
+    try:
+        proc = subprocess.run(["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--", sys.executable, "-m",
+                               "clef_format", "verify", str(root), "--deep", "--json"], capture_output=True, text=True)
+    finally:
+        target.chmod(0o755)
+    out = json.loads(proc.stdout)
+    unreadable = [f for f in out["findings"] if f["code"] == "unreadable"]
+    assert proc.returncode == 2 and out["error"], out
+    assert [f["file"] for f in unreadable] == [rel] and rel in unreadable[0]["message"] and unreadable[0]["fix"]
+    missing = [f for f in out["findings"] if f["code"] == "manifest-missing"]
+    assert not any(f.get("file") == "model.safetensors" for f in missing)  # never "nothing to check it against"

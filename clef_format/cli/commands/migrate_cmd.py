@@ -15,7 +15,7 @@ TARGETS = (Layout.LAYOUT_1.value, Layout.LAYOUT_2.value)
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", nargs="?", help="checkpoint directory, or org/name[@revision] in the local Hugging Face cache")
-    p.add_argument("--to", default=Layout.LAYOUT_2.value, choices=TARGETS, metavar="LAYOUT",
+    p.add_argument("--to", default=None, choices=TARGETS, metavar="LAYOUT",
                    help="target layout: layout-2 (int8 tables, clef-vllm >= 0.2.0; default) or layout-1 (clef-vllm 0.1.x)")
     p.add_argument("--output", metavar="DIR", help="write the result to DIR (new or empty) and leave PATH untouched; "
                                                      "required for a Hugging Face cache snapshot")
@@ -38,10 +38,19 @@ def run(args: argparse.Namespace) -> int:
                       render_history)
     if not args.path:
         raise UsageError("migrate needs PATH (or --history)", fix="clef-format migrate PATH --to layout-2")
+    if args.abort and (args.current or args.to is not None):
+        other = "--current" if args.current else f"--to {args.to}"
+        fix = (f"clef-format migrate {args.path} --current shows the interrupted run; --abort alone rolls it back"
+               if args.current else f"clef-format migrate {args.path} --abort, then clef-format migrate {args.path} "
+                                    f"--to {args.to}; or drop --abort to resume the interrupted run")
+        why = "--current only reports, --abort rolls back" if args.current else \
+            "--abort only rolls back an interrupted run, it migrates nowhere"
+        raise UsageError(f"--abort and {other} contradict each other: {why}", fix=fix)
     from clef_format.cli.progress import TerminalProgress
     from clef_format.migrate.session import Options, migrate_path
 
-    opts = Options(to=args.to, output=args.output, dry_run=args.dry_run, abort=args.abort, current=args.current)
+    opts = Options(to=args.to or Layout.LAYOUT_2.value, output=args.output, dry_run=args.dry_run, abort=args.abort,
+                   current=args.current)
     with TerminalProgress() as progress:
         report = migrate_path(args.path, opts, None if (args.current or args.dry_run) else progress)
     return finish(report, args.json, render_migrate)

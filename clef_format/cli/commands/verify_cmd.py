@@ -26,13 +26,12 @@ def add_vllm_version(p: argparse.ArgumentParser) -> None:
 
 
 def _vllm_version(value: str) -> str:
-    from clef_format.vllm_rules.names import rules_for
+    from clef_format.vllm_rules.names import check_vllm_version
 
     try:
-        rules_for(value)
-    except ValueError as exc:
+        return check_vllm_version(value)
+    except UsageError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-    return value
 
 
 def check_plugin_version(value: str | None) -> None:

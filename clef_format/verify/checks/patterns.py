@@ -165,6 +165,13 @@ def check_patterns(ck: Any) -> list[Finding]:
         return []
     version = getattr(ck, "vllm_version", None) or vllm_names.DEFAULT_VLLM
     findings = pattern_findings(model_cfg, getattr(ck, "backbone", {}) or {}, version)
+    if not vllm_names.rules_for(version).proven:  # verify and layers alike: say what the answer rests on
+        proven = ", ".join(vllm_names.PROVEN)
+        findings.insert(0, Finding(
+            "vllm-unproven", "info", f"the pattern rules for vLLM {version} are extrapolated from the version table "
+            f"(vllm_rules/names.py VERSION_TABLE, read from each wheel's source), not proven against that vLLM: the "
+            f"real-vLLM tiers prove {proven}", fix=f"a proven answer: --vllm-version {' or '.join(vllm_names.PROVEN)}; "
+            f"the real-vLLM tier (docs/VLLM.md) run against vLLM {version} would prove its rules"))
     if model_cfg.quantization and not any(f.code == "quant-config-invalid" for f in findings):
         from clef_format.vllm_rules.config_rules import set_fix
 

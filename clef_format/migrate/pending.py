@@ -1,0 +1,125 @@
+"""Interrupted runs found by their target's path, where that path does not exist (yet).
+
+A run for target ``T`` keeps its workspace ``.T.clef-migrate`` and lock beside ``T``, so an
+interrupted ``migrate SRC --output T`` into a new folder leaves them where ``T`` never appeared (and
+an interrupted fallback swap in place leaves ``T`` absent for a moment). ``migrate T --current`` and
+``migrate T --abort`` find them here; ``migrate SRC --current`` lists the ``--output`` runs from
+``SRC`` whose workspace lies in ``SRC``'s own folder. The rollback itself is ``apply.recover``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from clef_format.errors import PathNotFound, Refused
+from clef_format.migrate.apply import Lock, Target, make_target, pending_recovery, read_journal, recover
+from clef_format.read.checkpoint import read_checkpoint
+from clef_format.report import Report, ReportDraft
+from clef_format.spec.findings import error, info
+
+Journal = dict[str, Any]
+
+
+def interrupted_at(path: str) -> tuple[Target, Journal | None] | None:
+    """The interrupted run whose target is ``path`` (which need not exist): its workspace or lock lies
+    beside it. (the target, its journal or None); None when there is neither."""
+    out = os.path.abspath(path)
+    if not os.path.isdir(os.path.dirname(out)):
+        return None
+    target = make_target(out, out)
+    if not (os.path.lexists(target.ws) or os.path.lexists(target.lock_path)):
+        return None
+    journal = read_journal(target)
+    source = journal.get("source") if journal else None
+    return Target(target.path, source if isinstance(source, str) else target.path, False), journal
+
+
+def outputs_beside(source: str) -> list[tuple[Target, Journal]]:
+    """Interrupted ``--output`` runs from ``source`` whose workspace lies in the folder beside it (an
+    output elsewhere is found by ``migrate OUT --current``)."""
+    parent, out = os.path.dirname(source), []
+    try:
+        names = sorted(os.listdir(parent))
+    except OSError:
+        return []
+    for name in names:
+        if name.startswith(".") and name.endswith(".clef-migrate") and len(name) > len("..clef-migrate"):
+            found = interrupted_at(os.path.join(parent, name[1:-len(".clef-migrate")]))
+            if found and found[1] and found[1].get("source") == source and found[1].get("in_place") is False:
+                out.append((found[0], found[1]))
+    return out
+
+
+def what(target: Target, journal: Journal | None) -> str:
+    """The interrupted run in a few words."""
+    if journal is None:
+        if not os.path.lexists(target.ws):
+            return f"only its lock {target.lock_path} is left"
+        return "its workspace holds no journal: nothing in it was needed"
+    return f"{journal.get('revision')} {journal.get('direction')} from {journal.get('source')}, {journal.get('phase')}"
+
+
+def resume_fix(target: Target, journal: Journal | None, display: str) -> str:
+    """What to run about it: the command that resumes it (an --output run), and the one that rolls it back."""
+    if journal is not None and journal.get("in_place"):  # killed between the two renames of a fallback swap
+        return f"clef-format migrate {display} --abort puts the original tree back (it is complete in {target.ws})"
+    back = f"clef-format migrate {display} --abort rolls it back"
+    if journal is None or not isinstance(journal.get("source"), str):
+        return back
+    return f"clef-format migrate {journal['source']} --to {journal.get('to')} --output {display} resumes it; {back}"
+
+
+def not_found(path: str, exc: PathNotFound, found: tuple[Target, Journal | None] | None) -> PathNotFound:
+    """The ``path-not-found`` of migrate, saying what to run."""
+    if found is None:
+        return PathNotFound(f"{exc}; no interrupted migrate into it either (nothing beside it)",
+                            fix="give the checkpoint's directory, or org/name[@revision] of a download in the "
+                                "Hugging Face cache (clef-format verify PATH reads it the same way)")
+    return PathNotFound(f"{path} does not exist: an interrupted migrate into it waits beside it "
+                        f"({what(*found)})", fix=resume_fix(found[0], found[1], path))
+
+
+def report_interrupted(target: Target, journal: Journal | None, display: str, *, current: bool,
+                       dry_run: bool) -> Report:
+    """``migrate T --current`` / ``--abort [--dry-run]`` for an absent ``T``: say what waits beside it, or
+    roll it back (the source of an --output run is never touched: it was only read)."""
+    report = ReportDraft(display, None)
+    report.extra.update({"from": journal.get("from") if journal else None, "to": journal.get("to") if journal else None,
+                         "dry_run": dry_run, "steps": [], "output": None, "recovered": []})
+    if current:
+        report.extra["revision"] = None
+        report.extra["pending"] = f"{journal['revision']} {journal['direction']} ({journal['phase']})" if journal \
+            else None
+        if os.path.lexists(target.ws):
+            report.extra["message"] = (f"{display} does not exist: an interrupted migrate into it waits beside it "
+                                       f"({what(target, journal)}); {resume_fix(target, journal, display)}")
+        else:
+            report.extra["message"] = (f"{display} does not exist; only the lock of a killed migrate into it is left "
+                                       f"({target.lock_path}): clef-format migrate {display} --abort removes it")
+        return report.freeze("migrate")
+    if dry_run:
+        will = pending_recovery(target, None, abort=True)
+        report.extra["recovery"] = will
+        report.extra["message"] = f"--abort would do this: {will}" if will else "no interrupted migration to roll back"
+        return report.freeze("migrate")
+    stale_lock = not os.path.lexists(target.ws)
+    try:
+        with Lock(target):  # refused while the run is still alive; removes a killed run's lock on the way out
+            note = recover(target, None, abort=True)
+    except Refused as exc:
+        report.findings.append(error(exc.code, exc.message, fix=exc.fix))
+        return report.freeze("migrate")
+    except OSError as exc:
+        report.findings.append(error("migrate-failed", f"rolling back the interrupted migration failed: "
+                                                       f"{exc.strerror or exc}", fix=f"clef-format migrate {display} "
+                                                       "--abort (after freeing the cause above)"))
+        return report.freeze("migrate")
+    if note:
+        report.extra["recovered"].append(note)
+        report.findings.append(info("migrate-recovered", note))
+    report.extra["message"] = note or ("no interrupted migration to roll back" +
+                                       ("; removed the lock a killed run had left" if stale_lock else ""))
+    if os.path.isdir(target.path):
+        report.layout = str(read_checkpoint(target.path).layout)
+    return report.freeze("migrate")
