@@ -1,5 +1,5 @@
 # The two commands of the README. Each sets up what it needs (idempotent), then runs.
-.PHONY: setup example test test-main test-vllm test-vllm-028 test-vllm-033 test-engine test-mutants bench-verify bench-install templates mutation mutation-report
+.PHONY: setup example test test-main test-vllm test-vllm-028 test-vllm-033 test-engine test-mutants bench-verify bench-install templates mutation mutation-sample mutation-report
 
 VENV := .venv
 EXAMPLE_DIR ?= build/example
@@ -60,6 +60,16 @@ MUTATION_JOBS ?= $(shell nproc)
 mutation: setup
 	$(VENV)/bin/python -m pip install -q "mutmut==$(MUTMUT_VERSION)"
 	env -u PYTHONPATH $(VENV)/bin/mutmut run --max-children $(MUTATION_JOBS) $(MUTANTS)
+	$(VENV)/bin/python scripts/mutation_report.py
+
+# A seeded sample of SAMPLE mutants per module among those not run yet (scripts/mutation_sample.py):
+# the first mutmut run, given a name that matches nothing, only generates the mutants and records
+# which tests reach each function (it then stops: "nothing matches"); the second runs the sample.
+SAMPLE ?= 40
+mutation-sample: setup
+	$(VENV)/bin/python -m pip install -q "mutmut==$(MUTMUT_VERSION)"
+	test -f mutants/mutmut-stats.json || env -u PYTHONPATH $(VENV)/bin/mutmut run --max-children $(MUTATION_JOBS) clef_format.none || test -f mutants/mutmut-stats.json
+	env -u PYTHONPATH $(VENV)/bin/mutmut run --max-children $(MUTATION_JOBS) $$($(VENV)/bin/python scripts/mutation_sample.py -n $(SAMPLE))
 	$(VENV)/bin/python scripts/mutation_report.py
 
 # The per-module table of the last run, and the names of its survivors (mutmut show NAME prints one).
