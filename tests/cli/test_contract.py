@@ -151,6 +151,24 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process and its threads so far (``/proc/PID/stat`` fields 14 and 15)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _wait_until_working(proc: subprocess.Popen[str], cpu: float = 1.0, timeout: float = 120.0) -> None:
+    """Until the command has spent ``cpu`` seconds of CPU: well past Python's start and the imports (about
+    0.2 s), inside the hashing (tens of seconds of CPU), whatever the machine's load."""
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < deadline and _cpu_seconds(proc.pid) < cpu:
+        time.sleep(0.02)
+
+
 def _run(argv: list[str], env: dict[str, str], interrupt: bool) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, **env}
     if not interrupt or "CLEF_FORMAT_CRASH_AT" in env:
@@ -158,7 +176,7 @@ def _run(argv: list[str], env: dict[str, str], interrupt: bool) -> subprocess.Co
                               preexec_fn=_default_sigint)
     proc = subprocess.Popen([*UNPRIVILEGED, *CLI, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=full_env, preexec_fn=_default_sigint)
-    time.sleep(2.0)  # well inside hashing 10.7 GB; the assertion below fails loudly if the run already ended
+    _wait_until_working(proc)  # inside hashing 10.7 GB, past the imports (a fixed sleep raced a loaded machine)
     assert proc.poll() is None, "the command finished before it could be interrupted"
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=600)
