@@ -147,6 +147,23 @@ def test_unlistable_folder_refuses_before_writing(fresh, folder: str) -> None:
     assert entries["after"] >= entries["before"] - entries["removed"]
 
 
+@needs_unprivileged
+def test_unreadable_file_refuses_before_writing_naming_the_cause(fresh) -> None:
+    root = fresh("layout-1")
+    secret = root / "notes" / "private.txt"
+    secret.parent.mkdir()
+    secret.write_text("user data\n")
+    secret.chmod(0)
+    try:
+        before = tree(root)
+        rc, out, _ = cli_unprivileged("migrate", str(root))
+        assert rc == 2 and out["findings"][0]["code"] == "unreadable", out
+        assert "notes/private.txt cannot be read: Permission denied; nothing was written" in out["error"], out
+        assert tree(root) == before and siblings(root) == []
+    finally:
+        secret.chmod(0o644)
+
+
 def test_fifo_is_refused_before_writing(fresh, capsys) -> None:
     root = fresh("layout-1")
     os.mkfifo(root / "pipe")

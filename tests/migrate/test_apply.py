@@ -1,0 +1,346 @@
+"""apply in-process, on real workspace folders: the recovery decision of an interrupted run and what
+recovering does with it, the crash hook, the lock, the swap, deleting what migrate made, preflight."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from clef_format import migrations
+from clef_format.cli.main import main
+from clef_format.errors import Refused
+from clef_format.migrate import apply
+from clef_format.migrate.apply import (
+    CRASH_ENV,
+    Lock,
+    SwapFailed,
+    Target,
+    _decide,
+    _rmtree,
+    _swap,
+    _verify_staged,
+    fingerprint,
+    make_target,
+    pending_recovery,
+    preflight,
+    read_journal,
+    recover,
+    survey_source,
+    write_journal,
+)
+from clef_format.read.checkpoint import read_checkpoint
+from clef_format.spec import layouts as L
+from tests.migrate.helpers import file_digests, siblings, verified
+
+REVISION = "0001_int8_tables"
+
+
+class Interrupted(Exception):
+    """Raised by the test's SIGINT handler: the crash hook fired here."""
+
+
+def _raise(signum: int, frame: object) -> None:
+    raise Interrupted
+
+
+@pytest.fixture
+def crash_at(monkeypatch: pytest.MonkeyPatch):
+    """``crash_at(spec, handler)``: arm CLEF_FORMAT_CRASH_AT with a fresh count and a SIGINT handler."""
+    monkeypatch.setattr(apply, "_crash_counts", {})
+    old = signal.getsignal(signal.SIGINT)
+
+    def arm(spec: str, handler=_raise) -> None:
+        monkeypatch.setenv(CRASH_ENV, spec)
+        signal.signal(signal.SIGINT, handler)
+
+    yield arm
+    signal.signal(signal.SIGINT, old)
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:
+    capsys.readouterr()
+    try:
+        rc = main(["migrate", *args, "--json"])
+    except SystemExit as exc:
+        rc = int(exc.code or 0)
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def journal_for(target: Target, phase: str, fp: dict, **extra: object) -> dict:
+    journal = {"version": apply.JOURNAL_VERSION, "revision": REVISION, "direction": "upgrade", "from": "layout-1",
+               "to": "layout-2", "source": target.source, "target": target.path, "in_place": target.in_place,
+               "phase": phase, "fingerprint": fp, "done": {}, "quality": {}, **extra}
+    os.makedirs(target.ws, exist_ok=True)
+    write_journal(target, journal)
+    return journal
+
+
+def ino(path: str) -> list[int]:
+    st = os.stat(path)
+    return [st.st_dev, st.st_ino]
+
+
+# ---- crash hook ------------------------------------------------------------------------------------
+
+def test_crash_hook_signals_this_process_at_the_nth_point_of_its_phase(crash_at) -> None:
+    crash_at("lock:2:INT")
+    apply.crashpoint("journal")  # another phase: not counted
+    apply.crashpoint("lock")  # the first lock point passes
+    with pytest.raises(Interrupted):
+        apply.crashpoint("lock")
+
+
+# ---- the journal and the decision about an interrupted run ----------------------------------------
+
+def test_a_written_journal_reads_back(fresh) -> None:
+    target = make_target(str(fresh("layout-1")), None)
+    journal = journal_for(target, "staging", {})
+    assert read_journal(target) == journal
+
+
+def test_an_interrupted_staging_resumes_silently_or_rolls_back_naming_the_step(fresh) -> None:
+    root = fresh("layout-1")
+    target = make_target(str(root), None)
+    ck = read_checkpoint(root)
+    journal_for(target, "staging", fingerprint(ck))
+    os.makedirs(target.new)
+    assert _decide(target, ck, abort=False)[0] == "resume"
+    assert pending_recovery(target, ck) is None  # a resume is no recovery to announce
+    assert pending_recovery(target, ck, abort=True) == (f"rolled back the interrupted migration {REVISION} upgrade; "
+                                                        "the checkpoint was never changed")
+    before = file_digests(root)
+    assert recover(target, ck) == f"resuming the interrupted migration {REVISION} upgrade"
+    assert file_digests(root) == before and os.path.isdir(target.new)  # nothing swapped in, the staging kept
+
+
+def _exchanged(fresh, built, tmp: Path) -> tuple[Path, Target, dict]:
+    """In place, killed right after the exchange: T holds the new tree, ws/new the original one, and the
+    journal still says staged (its new_ino is the inode now at T)."""
+    root = fresh("layout-1")
+    target = make_target(str(root), None)
+    original = file_digests(root)
+    os.makedirs(target.ws)
+    shutil.copytree(root, target.new, symlinks=True)
+    shutil.rmtree(root)
+    shutil.copytree(built("layout-2"), root, symlinks=True)
+    journal_for(target, "staged", {}, new_ino=ino(str(root)))
+    return root, target, original
+
+
+def test_abort_after_the_exchange_puts_the_original_tree_back(fresh, built, tmp_path: Path) -> None:
+    root, target, original = _exchanged(fresh, built, tmp_path)
+    action, note, _ = _decide(target, None, abort=True)
+    assert action == "unswap" and f"{REVISION} upgrade" in note and "is back at" in note
+    assert recover(target, None, abort=True) == note
+    assert file_digests(root) == original and siblings(root) == []
+
+
+def test_recovery_after_the_exchange_records_the_swap_before_cleaning_up(fresh, built, tmp_path: Path,
+                                                                       crash_at) -> None:
+    root, target, _ = _exchanged(fresh, built, tmp_path)
+    assert _decide(target, None, abort=False)[0] == "cleanup"
+    crash_at("cleanup:1:INT")
+    with pytest.raises(Interrupted):
+        recover(target, None)
+    assert read_journal(target)["phase"] == "swapped"  # a later run no longer needs the inode to know
+
+
+def test_recovery_finishes_a_fallback_swap_killed_between_its_renames(fresh, built) -> None:
+    root = fresh("layout-1")
+    target = make_target(str(root), None)
+    os.makedirs(target.ws)
+    os.rename(root, target.old)
+    shutil.copytree(built("layout-2"), target.new, symlinks=True)
+    journal_for(target, "staged", {}, new_ino=ino(target.new))
+    assert _decide(target, None, abort=False)[0] == "finish-fallback"
+    assert recover(target, None) == f"finished the interrupted migration {REVISION} upgrade (its new tree was complete)"
+    assert verified(root)[:2] == ("layout-2", True) and siblings(root) == []
+
+
+def test_recovery_swaps_in_a_staged_tree_of_an_unchanged_source(fresh, built) -> None:
+    root = fresh("layout-1")
+    target = make_target(str(root), None)
+    ck = read_checkpoint(root)
+    os.makedirs(target.ws)
+    shutil.copytree(built("layout-2"), target.new, symlinks=True)
+    journal_for(target, "staged", fingerprint(ck), new_ino=ino(target.new))
+    note = recover(target, ck)
+    assert note == f"finished the interrupted migration {REVISION} upgrade (its new tree was complete and verified)"
+    assert verified(root)[:2] == ("layout-2", True) and siblings(root) == []
+
+
+def test_a_swap_that_fails_before_the_new_tree_is_in_leaves_the_checkpoint_as_it_was(fresh) -> None:
+    root = fresh("layout-1")
+    target = make_target(str(root), None)
+    before = file_digests(root)
+    journal = journal_for(target, "staged", {})  # ws/new is gone: the exchange cannot happen
+    with pytest.raises(SwapFailed) as err:
+        _swap(target, journal)
+    assert "nothing was changed" in err.value.strerror
+    assert file_digests(root) == before and siblings(root) == []
+
+
+# ---- a real interrupted staging, resumed ----------------------------------------------------------
+
+def test_a_staging_interrupted_before_verify_resumes_with_its_finished_files(fresh, tmp_path: Path, capsys,
+                                                                            crash_at, monkeypatch) -> None:
+    root = fresh("layout-1")
+    out = tmp_path / "out"
+    target = make_target(str(root), str(out))
+    saved = tmp_path / "saved-ws"
+
+    def keep_workspace(signum: int, frame: object) -> None:  # what a SIGKILL at this point leaves
+        shutil.copytree(target.ws, saved, symlinks=True)
+
+    crash_at("verify:1:INT", keep_workspace)
+    rc, _ = run_json(capsys, str(root), "--output", str(out))
+    monkeypatch.delenv(CRASH_ENV)
+    assert rc == 0 and saved.is_dir()
+    shutil.rmtree(out)
+    shutil.copytree(saved, target.ws, symlinks=True)
+
+    ck = read_checkpoint(root)
+    plan = migrations.path("layout-1", "layout-2")[0].plan(ck)
+    journal = read_journal(target)
+    assert journal["phase"] == "staging" and journal["done"] == {o.rel: o.size for o in plan.outputs}
+    assert pending_recovery(target, ck) is None
+    assert pending_recovery(target, ck, abort=True) == (f"rolled back the interrupted migration {REVISION} upgrade; "
+                                                        "the checkpoint was never changed")
+    stamp = 1_000_000_000_000_000_000
+    for o in plan.outputs:  # a finished file is kept as it is: its mtime tells
+        os.utime(os.path.join(target.new, o.rel), ns=(stamp, stamp))
+
+    rc, report = run_json(capsys, str(root), "--output", str(out))
+    assert rc == 0 and report["layout"] == "layout-2", report
+    assert verified(out)[:2] == ("layout-2", True) and siblings(out) == []
+    assert {o.rel: (out / o.rel).stat().st_mtime_ns for o in plan.outputs} == {o.rel: stamp for o in plan.outputs}
+
+
+def test_a_resumed_staging_rewrites_a_finished_file_cut_short(fresh, tmp_path: Path, capsys, crash_at,
+                                                             monkeypatch) -> None:
+    root = fresh("layout-1")
+    out = tmp_path / "out"
+    target = make_target(str(root), str(out))
+    saved = tmp_path / "saved-ws"
+    crash_at("verify:1:INT", lambda s, f: shutil.copytree(target.ws, saved, symlinks=True))
+    rc, _ = run_json(capsys, str(root), "--output", str(out))
+    monkeypatch.delenv(CRASH_ENV)
+    assert rc == 0
+    shutil.rmtree(out)
+    shutil.copytree(saved, target.ws, symlinks=True)
+    tables = Path(target.new) / L.TABLES
+    os.truncate(tables, tables.stat().st_size - 100)  # the journal says done, the file says otherwise
+
+    rc, report = run_json(capsys, str(root), "--output", str(out))
+    assert rc == 0 and report["layout"] == "layout-2", report
+    assert verified(out)[:2] == ("layout-2", True)
+
+
+# ---- verify of the staged tree --------------------------------------------------------------------
+
+def test_a_staged_tree_that_does_not_verify_is_refused_naming_its_errors(fresh, built, tmp_path: Path) -> None:
+    root = fresh("layout-1")
+    target = make_target(str(root), None)
+    plan = migrations.path("layout-1", "layout-2")[0].plan(read_checkpoint(root))
+    os.makedirs(target.ws)
+    shutil.copytree(built("layout-2"), target.new, symlinks=True)
+    tables = Path(target.new) / L.TABLES
+    os.truncate(tables, tables.stat().st_size - 10)  # a tables file cut short
+    from clef_format.verify.run import verify_checkpoint
+
+    report = verify_checkpoint(read_checkpoint(target.new), str(root))
+    errors = [f for f in report.findings if f.severity == "error"]
+    assert errors
+    with pytest.raises(OSError) as err:
+        _verify_staged(plan, target, str(root))
+    msg = err.value.strerror
+    assert msg.startswith(f"the new files did not verify as layout-2 (got {report.layout}: ") and "nothing was changed" in msg
+    assert f"{errors[0].code}: {errors[0].message}" in msg
+    assert all(f"{f.code}: {f.message}" not in msg for f in report.findings if f.severity != "error")
+
+
+# ---- the lock -------------------------------------------------------------------------------------
+
+def test_a_lock_that_cannot_be_recorded_is_refused_and_removed(fresh) -> None:
+    target = make_target(str(fresh("layout-1")), None)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, hard))  # the pid cannot be written: EFBIG
+    try:
+        with pytest.raises(Refused) as err:
+            Lock(target).__enter__()
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, old)
+    assert "cannot record the lock" in err.value.message
+    assert not os.path.lexists(target.lock_path)
+
+
+# ---- deleting what migrate made -------------------------------------------------------------------
+
+def _mount_tmpfs(where: Path, opts: str = "size=1m") -> None:
+    where.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(where)], capture_output=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.decode().strip()}")
+
+
+def test_a_tree_that_cannot_be_deleted_raises_naming_what_stayed(tmp_path: Path) -> None:
+    mnt = tmp_path / "mnt"
+    _mount_tmpfs(mnt)
+    try:
+        ws = mnt / "ws"
+        (ws / "sub").mkdir(parents=True)
+        (ws / "sub" / "f").write_text("x")
+        subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True, capture_output=True)
+        with pytest.raises(OSError) as err:
+            _rmtree(str(ws))
+        assert err.value.strerror == f"cannot delete {ws}: Read-only file system"
+        assert err.value.filename and os.path.basename(err.value.filename) == "f"  # the entry that stayed
+        assert (ws / "sub" / "f").read_text() == "x"
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_deleting_a_tree_with_a_mount_inside_raises_not_empty(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    _mount_tmpfs(ws / "mnt")
+    try:
+        with pytest.raises(OSError) as err:
+            _rmtree(str(ws))
+        assert err.value.strerror == f"cannot delete {ws}" and err.value.filename == str(ws)
+    finally:
+        subprocess.run(["umount", "-l", str(ws / "mnt")], capture_output=True)
+
+
+# ---- preflight and the survey of the source -------------------------------------------------------
+
+def test_preflight_refuses_a_read_only_checkpoint(tmp_path: Path) -> None:
+    ck = tmp_path / "ck"
+    _mount_tmpfs(ck, "size=1m,ro")
+    try:
+        refusals = preflight(make_target(str(ck), None), None, False, check_lock=False)
+    finally:
+        subprocess.run(["umount", "-l", str(ck)], capture_output=True)
+    assert all(isinstance(r, Refused) for r in refusals)
+    assert [r.message for r in refusals] == [
+        f"{ck} is a mount point: the new tree cannot replace it by rename; nothing was written",
+        f"{ck} is read-only for this user; nothing was written"]
+
+
+def test_in_place_survey_accepts_a_writable_folder_of_another_owner(fresh) -> None:
+    root = fresh("layout-1")
+    shared = root / "runs"
+    shared.mkdir()
+    (shared / "log.txt").write_text("x")
+    os.chown(shared, 4242, 4242)
+    shared.chmod(0o777)
+    assert "runs/log.txt" in survey_source(str(root), in_place=True)
