@@ -115,10 +115,6 @@ def _link(src: str, dst: str) -> bool:
         return False
 
 
-def can_hardlink(src_dir: str, dst_dir: str) -> bool:
-    return os.stat(src_dir).st_dev == os.stat(dst_dir).st_dev
-
-
 def replicate(src_root: str, dst_root: str, skip: set[str], in_place: bool, allowed_real: list[str],
               snapshot: bool) -> dict[str, str]:
     """Rebuild ``src_root``'s tree under ``dst_root`` without the ``skip`` files (rel paths).

@@ -6,7 +6,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -53,21 +52,6 @@ def test_a_new_file_without_predecessor_takes_what_the_umask_gives(tmp_path: Pat
     f.write_text("x")
     f.chmod(0o640)
     assert fsutil.mode_for(str(f)) == 0o640
-
-
-def test_can_hardlink_only_on_one_filesystem(tmp_path: Path) -> None:
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    assert fsutil.can_hardlink(str(tmp_path / "a"), str(tmp_path / "b"))
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.decode().strip()}")
-    try:
-        assert not fsutil.can_hardlink(str(tmp_path / "a"), str(mnt))
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
 def test_out_of_place_a_symlinked_file_is_copied_never_hard_linked(tmp_path: Path) -> None:
