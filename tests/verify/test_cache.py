@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from clef_format.fixtures.hub_cache import build_local_dir
+from clef_format.fixtures.hub_cache import build_hub_cache, build_local_dir, repo_folder
+from clef_format.read.checkpoint import read_checkpoint
 from clef_format.spec import layouts as L
+from clef_format.verify.checks.cache import check_cache
 from clef_format.verify.run import verify
 
 INCOMPLETE = ".cache/huggingface/download/Xy1z.abcdef.incomplete"
@@ -58,3 +60,48 @@ def test_more_than_three_unfinished_downloads_are_elided(built, tmp_path: Path) 
     assert partial["message"].count(".incomplete") == 3 and " ... (" in partial["message"]
     assert partial["fix"] == ("re-run the download (hf download / snapshot_download) to finish it, then verify "
                               "again; or delete the .incomplete files")
+
+
+def test_unfinished_downloads_of_nested_files_in_a_local_dir_are_found(built, tmp_path: Path) -> None:
+    """hf keeps the .incomplete of clef_head/x beside its metadata, in download/clef_head/: listed too."""
+    root = _local_dir(built, tmp_path)
+    nested = root / ".cache" / "huggingface" / "download" / "clef_head" / "tables.abc.incomplete"
+    nested.write_bytes(b"\0")
+    (partial,) = _partial(root)
+    assert partial["message"].startswith("2 unfinished download(s) in .cache/huggingface/download/: "
+                                         "Xy1z.abcdef.incomplete, clef_head/tables.abc.incomplete (")
+
+
+def test_exactly_three_unfinished_downloads_are_all_listed_without_an_ellipsis(built, tmp_path: Path) -> None:
+    root = _local_dir(built, tmp_path)
+    for name in ("a.incomplete", "b.incomplete"):
+        (root / ".cache" / "huggingface" / "download" / name).write_bytes(b"\0")
+    (partial,) = _partial(root)
+    assert partial["message"] == ("3 unfinished download(s) in .cache/huggingface/download/: Xy1z.abcdef.incomplete, "
+                                  "a.incomplete, b.incomplete (this checkpoint itself looks complete: "
+                                  "perhaps another revision)")
+
+
+def test_the_blob_store_of_a_cache_snapshot_is_listed_at_its_top_level_only(built, tmp_path: Path) -> None:
+    """blobs/ is flat: an .incomplete in a folder below it is nothing hf left there."""
+    snapshot = build_hub_cache(tmp_path / "hub", "org/name", built("layout-2", "hybrid"))
+    blobs = repo_folder(tmp_path / "hub", "org/name") / "blobs"
+    (blobs / "0123abcd.incomplete").write_bytes(b"\0")
+    (blobs / "sub").mkdir()
+    (blobs / "sub" / "4567ef.incomplete").write_bytes(b"\0")
+    (partial,) = _partial(snapshot)
+    assert partial["severity"] == "warning"
+    assert partial["message"].startswith("1 unfinished download(s) in the repository's blobs/: 0123abcd.incomplete (")
+
+
+def test_a_snapshot_folder_without_a_blob_store_still_has_its_local_dir_downloads_listed(built, tmp_path: Path) -> None:
+    """A snapshot-shaped folder holding real files (no blobs/ beside snapshots/): the local_dir place is
+    still looked at."""
+    root = build_local_dir(repo_folder(tmp_path / "hub", "org/name") / "snapshots" / ("a" * 40),
+                           built("layout-2", "hybrid"))
+    (root / INCOMPLETE).write_bytes(b"\0")
+    ck = read_checkpoint(root)
+    assert ck.hf_snapshot
+    (partial,) = [f.to_dict() for f in check_cache(ck)]
+    assert partial["message"].startswith("1 unfinished download(s) in .cache/huggingface/download/: "
+                                         "Xy1z.abcdef.incomplete (")

@@ -11,6 +11,7 @@ import pytest
 from clef_format.read.checkpoint import read_checkpoint
 from clef_format.spec import layouts as L
 from clef_format.verify.checks.head import check_head
+from tests.scenarios.hostile_cases import edit_header
 
 
 def _drop_key(path: Path, key: str) -> None:
@@ -56,3 +57,77 @@ def test_a_head_config_that_is_not_json_is_left_to_the_reader(fresh) -> None:
     ck = read_checkpoint(root)
     assert ck.head_config is None and "bad-config" in {f.code for f in ck.findings}
     assert list(check_head(ck)) == []
+
+
+def _set_keys(path: Path, **values: object) -> None:
+    config = json.loads(path.read_text())
+    config.update(values)
+    path.write_text(json.dumps(config))
+
+
+FIX = "re-download the joint head files of this revision"
+
+
+def test_a_head_hidden_size_other_than_the_backbones_is_one_error_naming_both(fresh) -> None:
+    root = fresh("layout-2", "bf16")
+    _set_keys(root / L.HEAD_CONFIG, hidden_size=128)
+    findings = [f.to_dict() for f in check_head(read_checkpoint(root))]
+    assert {"code": "head-incomplete", "severity": "error",
+            "message": "joint head hidden_size 128 differs from the backbone's 64",
+            "file": L.HEAD_CONFIG, "fix": FIX} in findings
+
+
+def test_heads_not_dividing_width_is_a_config_error_whose_fix_names_the_release_value(fresh) -> None:
+    root = fresh("layout-2", "bf16")
+    _set_keys(root / L.HEAD_CONFIG, heads=5)
+    (finding,) = [f.to_dict() for f in check_head(read_checkpoint(root)) if f.code == "head-config-invalid"]
+    assert finding == {
+        "code": "head-config-invalid", "severity": "error",
+        "message": f"{L.HEAD_CONFIG}: heads 5 does not divide width 32: multi-head attention splits the width into "
+                   "equal heads (JointSchemaHead(**config) fails)",
+        "file": L.HEAD_CONFIG,
+        "fix": f"set heads in {L.HEAD_CONFIG} to the value the head was trained with (the release: 16, dividing "
+               "width 1024)"}
+
+
+def test_a_wrong_feedforward_of_layers_without_torch_names_gets_the_release_value_as_fix(fresh) -> None:
+    """No linear1.weight to read the stored width from: the fix names the release's 4096."""
+    root = fresh("layout-2", "bf16")
+    rel = L.HEAD_WEIGHTS
+
+    def rename(header: dict) -> None:
+        for name in [n for n in header if ".linear1." in n]:
+            header[name.replace(".linear1.", ".ff_in.")] = header.pop(name)
+
+    edit_header(rel, rename)(root)
+    _set_keys(root / L.HEAD_CONFIG, feedforward=48)
+    (finding,) = [f.to_dict() for f in check_head(read_checkpoint(root)) if f.code == "head-config-invalid"]
+    assert finding["message"].startswith(f"{L.HEAD_CONFIG}: feedforward 48 is no dimension of any matrix of ")
+    assert finding["fix"] == (f"set feedforward in {L.HEAD_CONFIG} to the value the head was trained with "
+                              "(the release: 4096)")
+
+
+def test_a_tensor_missing_from_the_head_file_is_an_error_on_that_file_and_tensor(fresh) -> None:
+    root = fresh("layout-2", "bf16")
+
+    def rename(header: dict) -> None:
+        header["residual_gate_x"] = header.pop("residual_gate")
+
+    edit_header(L.HEAD_WEIGHTS, rename)(root)
+    findings = [f.to_dict() for f in check_head(read_checkpoint(root))]
+    assert {"code": "head-incomplete", "severity": "error", "message": f"{L.HEAD_WEIGHTS}: lacks residual_gate",
+            "file": L.HEAD_WEIGHTS, "tensor": "residual_gate", "fix": FIX} in findings
+    assert any(f["code"] == "head-unexpected" and f["tensor"] == "residual_gate_x" and f["file"] == L.HEAD_WEIGHTS
+               for f in findings)
+
+
+def test_head_problems_beyond_fifty_are_counted_in_one_last_error(fresh) -> None:
+    """layers = 60 against 4 stored: 56 missing layers, 50 listed, then one finding for the 6 left."""
+    root = fresh("layout-2", "bf16")
+    _set_keys(root / L.HEAD_CONFIG, layers=60)
+    findings = [f.to_dict() for f in check_head(read_checkpoint(root))]
+    assert len(findings) == 51
+    assert findings[49]["message"] == f"{L.HEAD_WEIGHTS}: lacks layer layers.53 (config layers = 60)"
+    assert findings[-1] == {"code": "head-incomplete", "severity": "error",
+                            "message": f"{L.HEAD_WEIGHTS}: 6 more problem(s) not listed",
+                            "file": L.HEAD_WEIGHTS, "fix": FIX}
