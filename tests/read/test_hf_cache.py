@@ -15,7 +15,8 @@ import pytest
 from clef_format.cli.main import main
 from clef_format.fixtures.hub_cache import blob_of, build_hub_cache, build_local_dir, fake_commit, repo_folder
 from clef_format.read.hashing import hash_file
-from clef_format.read.hf_cache import PathNotFound, locate_checkpoint
+from clef_format.read.hf_cache import (PathNotFound, cache_roots, incomplete_downloads, local_dir_etag, locate_checkpoint,
+                                       snapshot_blob)
 from tests.scenarios.hostile_cases import pristine
 
 REPO = "clef-test/clef-flash-NVFP4"
@@ -91,7 +92,7 @@ def test_verify_repo_id(cache: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert _verify([f"{REPO}@{commit}"], capsys)[0] == 0
 
 
-@pytest.mark.parametrize("rev", ["nope", "../../../etc", "main/../main", "/abs", "0" * 40])
+@pytest.mark.parametrize("rev", ["nope", "../../../etc", "main/../main", "./main", "/abs", "0" * 40])
 def test_unknown_or_path_like_revision_is_not_found(cache: Path, rev: str) -> None:
     with pytest.raises(PathNotFound):
         locate_checkpoint(f"{REPO}@{rev}")
@@ -233,3 +234,56 @@ def test_a_revision_is_never_a_path_even_to_a_file_holding_a_commit(cache: Path,
     (cache / "outside").write_text(commit)
     with pytest.raises(PathNotFound):
         locate_checkpoint(f"{REPO}@{rev}")
+
+
+@pytest.mark.parametrize("arg, message", [
+    ("clef-test/absent", "clef-test/absent: no directory of that name, and no cached snapshot of clef-test/absent in the "
+                         "Hugging Face cache (download it first: hf download clef-test/absent)"),
+    (f"{REPO}@nope", f"{REPO}@nope: no directory of that name, and no cached snapshot of {REPO}@nope in the "
+                     f"Hugging Face cache (download it first: hf download {REPO})"),
+])
+def test_a_repo_id_not_in_the_cache_says_how_to_get_it(cache: Path, arg: str, message: str) -> None:
+    with pytest.raises(PathNotFound) as exc:
+        locate_checkpoint(arg)
+    assert str(exc.value) == message
+
+
+def test_cache_roots_follow_xdg_cache_home_when_hf_home_is_unset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_roots() == [os.path.realpath(tmp_path / "xdg" / "huggingface" / "hub")]
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_roots() == [os.path.realpath(tmp_path / "home" / ".cache" / "huggingface" / "hub")]
+
+
+def test_snapshot_blob_is_only_a_file_directly_in_the_repos_blobs(cache: Path) -> None:
+    snap = Path(locate_checkpoint(REPO))
+    assert snapshot_blob(str(snap), str(snap / "config.json")) == str(blob_of(snap, "config.json"))
+    (snap / "ref.txt").symlink_to(Path("..", "..", "refs", "main"))  # a link into the repo, not to a blob
+    assert snapshot_blob(str(snap), str(snap / "ref.txt")) is None
+    (snap / "real.txt").write_text("x")
+    (snap / "alias.txt").symlink_to("real.txt")
+    assert snapshot_blob(str(snap), str(snap / "alias.txt")) is None
+    assert snapshot_blob(str(snap), str(snap / "real.txt")) is None  # not a link at all
+
+
+def test_local_dir_metadata_with_undecodable_bytes_still_gives_its_etag(tmp_path: Path) -> None:
+    meta = tmp_path / ".cache" / "huggingface" / "download" / "config.json.metadata"
+    meta.parent.mkdir(parents=True)
+    meta.write_bytes(b"\xff\xfecommit\n" + b"ab" * 20 + b"\n1700000000.0\n")
+    assert local_dir_etag(str(tmp_path), "config.json") == "ab" * 20
+
+
+def test_listing_unfinished_downloads_stops_after_ten_thousand_names(tmp_path: Path) -> None:
+    """A hostile blob store cannot make verify walk forever: the folder that passes the limit is the last listed."""
+    for i in range(10_001):
+        (tmp_path / f"f{i}").touch()
+    (tmp_path / "a.incomplete").touch()
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.incomplete").touch()
+    assert incomplete_downloads(str(tmp_path), recursive=True) == ["a.incomplete"]
+    (tmp_path / "f0").unlink()
+    (tmp_path / "f1").unlink()
+    assert incomplete_downloads(str(tmp_path), recursive=True) == ["a.incomplete", "sub/b.incomplete"]

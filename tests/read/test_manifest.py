@@ -89,3 +89,36 @@ def test_a_member_leaving_the_checkpoint_is_a_path_escape(fresh, rel: str) -> No
     assert (finding.code, finding.severity, finding.file) == ("path-escape", "error", MANIFEST_NAME)
     assert finding.message == f"{MANIFEST_NAME} names {rel!r}, a path outside the checkpoint; never read"
     assert finding.fix and "clef-format manifest" in finding.fix
+
+
+def test_a_built_manifest_names_its_writer_and_reads_back(fresh) -> None:
+    from clef_format import __version__
+    from clef_format.read.manifest import build_manifest
+
+    built = build_manifest({"config.json": DIGEST, "a/b.json": "cd" * 32}, {"config.json": 12, "a/b.json": 0})
+    assert built == {"clef_manifest": 1, "algorithm": "blake3", "created_by": f"clef-format {__version__}",
+                     "files": {"a/b.json": {"size": 0, "blake3": "cd" * 32}, "config.json": {"size": 12, "blake3": DIGEST}}}
+    root = _with_manifest(fresh, built)
+    assert read_manifest(read_checkpoint(root)) == (
+        {"a/b.json": ManifestEntry(0, "cd" * 32), "config.json": ManifestEntry(12, DIGEST)}, [])
+
+
+def test_a_malformed_entry_says_how_to_recreate_the_manifest(fresh) -> None:
+    root = _with_manifest(fresh, _manifest({"bad.bin": {"size": 1}}))
+    _, (finding,) = read_manifest(read_checkpoint(root))
+    assert finding.fix == f"re-create it with `clef-format manifest {root}` from a known-good copy"
+
+
+def test_a_manifest_that_cannot_be_read_is_unreadable_and_not_to_be_regenerated(fresh) -> None:
+    """The manifest is listed, then cannot be opened (here: replaced by a folder): a statement about
+    access (exit 2), never a verdict on its content."""
+    root = _with_manifest(fresh, _manifest({}))
+    ck = read_checkpoint(root)
+    (root / MANIFEST_NAME).unlink()
+    (root / MANIFEST_NAME).mkdir()
+    entries, findings = read_manifest(ck)
+    assert entries is None
+    assert [f.to_dict() for f in findings] == [{
+        "code": "unreadable", "severity": "error", "message": f"{MANIFEST_NAME} cannot be read: Is a directory",
+        "file": MANIFEST_NAME,
+        "fix": f"make {MANIFEST_NAME} readable (check its permissions); do not regenerate it, it is the integrity reference"}]

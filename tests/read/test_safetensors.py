@@ -152,3 +152,74 @@ def test_detection_does_not_depend_on_file_order_or_sharding(tmp_path, order, sh
     bad = [f for f in report.findings if f.code == "bad-header"]
     assert [f.file for f in bad] == [weight_map["b"]]
     assert read_checkpoint(root).bad_headers == {weight_map["b"]}
+
+
+def _raw_file(tmp: Path, header_text: str, data_len: int) -> Path:
+    """A safetensors file whose header JSON is exactly ``header_text`` (key order and duplicates kept)."""
+    text = header_text.encode()
+    path = tmp / "raw.safetensors"
+    path.write_bytes(struct.pack("<Q", len(text)) + text + b"\0" * data_len)
+    return path
+
+
+@pytest.mark.parametrize("entry", [
+    '{"shape":[2],"dtype":"F32","data_offsets":[0,8]}',
+    '{"data_offsets":[0,8],"shape":[2],"dtype":"F32"}',
+    '{"dtype":"F32","data_offsets":[0,8],"shape":[2]}',
+])
+def test_entry_fields_in_any_order_are_read_like_safetensors(tmp_path, entry: str) -> None:
+    path = _raw_file(tmp_path, '{"w":' + entry + '}', 8)
+    assert safe_open_accepts(path)
+    header = read_header(path)
+    assert header.tensors["w"] == ("F32", (2,), 0, 8)
+
+
+@pytest.mark.parametrize("entry", [
+    '{"shape":[2],"dtype":"F32","dtype":"F32","data_offsets":[0,8]}',
+    '{"dtype":"F32","shape":[2],"data_offsets":[0,8],"shape":[2]}',
+])
+def test_a_field_written_twice_in_an_entry_is_a_duplicate_key(tmp_path, entry: str) -> None:
+    path = _raw_file(tmp_path, '{"w":' + entry + '}', 8)
+    assert not safe_open_accepts(path)
+    with pytest.raises(HeaderError) as exc:
+        read_header(path)
+    assert exc.value.reason == "duplicate-key"
+    assert str(exc.value) in ("duplicate key 'dtype' in entry 'w'", "duplicate key 'shape' in entry 'w'")
+
+
+@pytest.mark.parametrize("offsets, reason", [
+    ("[0,8,8]", "bad-offsets"), ("[0]", "bad-offsets"), ("8", "bad-offsets"), ('"08"', "bad-offsets"),
+    ("[0.0,8]", "bad-offsets"), ("[0,8.0]", "bad-offsets"), ("[-1,7]", "bad-offsets"), ('["0",8]', "bad-offsets"),
+])
+def test_data_offsets_that_are_not_two_byte_positions_are_refused_like_safetensors(tmp_path, offsets: str,
+                                                                                      reason: str) -> None:
+    path = _raw_file(tmp_path, '{"w":{"dtype":"F32","shape":[2],"data_offsets":' + offsets + '}}', 8)
+    assert not safe_open_accepts(path)
+    with pytest.raises(HeaderError) as exc:
+        read_header(path)
+    assert exc.value.reason == reason
+    assert str(exc.value) == f"tensor 'w' has invalid data_offsets {json.loads(offsets)!r}"
+
+
+@pytest.mark.parametrize("entry", ["1", '"F32"', "[1, 2]", "null"])
+def test_an_entry_that_is_not_an_object_is_a_bad_entry(tmp_path, entry: str) -> None:
+    path = _raw_file(tmp_path, '{"w":' + entry + '}', 0)
+    assert not safe_open_accepts(path)
+    with pytest.raises(HeaderError) as exc:
+        read_header(path)
+    assert (exc.value.reason, str(exc.value)) == ("bad-entry", "entry 'w' is not an object")
+
+
+@pytest.mark.parametrize("raw, reason, message", [
+    (b"\xff{}", "not-utf8", "header is not valid UTF-8 (invalid start byte at byte 0)"),
+    (b'{"a": \xc3', "not-utf8", "header is not valid UTF-8 (unexpected end of data at byte 6)"),
+    (b'{"a": ', "not-json", "header is not valid JSON: Expecting value: line 1 column 7 (char 6)"),
+    (b"{} []", "not-json", "header is not valid JSON: Extra data: line 1 column 4 (char 3)"),
+])
+def test_undecodable_headers_say_where_they_break(tmp_path, raw: bytes, reason: str, message: str) -> None:
+    path = tmp_path / "x.safetensors"
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw)
+    assert not safe_open_accepts(path)
+    with pytest.raises(HeaderError) as exc:
+        read_header(path)
+    assert (exc.value.reason, str(exc.value)) == (reason, message)
