@@ -155,3 +155,56 @@ def test_markers_with_dev_pre_post_local_bounds_are_judged(text: str) -> None:
     assert marker_problem(SpecifierSet(text)) is None
     version = next(v for v in [*_GRID, Version("0.2.0.dev2")] if SpecifierSet(text).contains(v, prereleases=True))
     check_pair(Layout.LAYOUT_2, SpecifierSet(text), str(version))  # served: no IncompatibleError
+
+
+@pytest.mark.parametrize("text", [">=0.2.0.post0,!=0.2.0.*,<0.2.1.1", ">0.2.0.dev1,<0.2.0a1"])
+def test_markers_admitting_only_a_narrow_range_are_valid(text: str) -> None:
+    """Markers whose only admitted versions are the next release up (0.2.1.dev0 ... 0.2.1.0.x) or the
+    next dev release (0.2.0.dev2 ...) admit something, all of it at or above 0.2.0.dev0."""
+    marker = SpecifierSet(text)
+    assert marker_problem(marker) is None
+    version = "0.2.1" if "0.2.1.1" in text else "0.2.0.dev2"
+    assert marker.contains(version, prereleases=True)
+    check_pair(Layout.LAYOUT_2, marker, version)  # served
+
+
+def test_a_marker_is_judged_with_pre_releases_whatever_the_set_says() -> None:
+    """A set built with prereleases=False (packaging's own default before 26) is still judged under
+    PEP 440 ordering with pre-releases admitted, as the plugin is."""
+    only_prereleases = SpecifierSet(">=0.2.0rc1,<0.2.0rc2", prereleases=False)
+    assert marker_problem(only_prereleases) is None
+    check_pair(Layout.LAYOUT_2, only_prereleases, "0.2.0rc1")
+
+
+def _refusal(*args, **kwargs) -> IncompatibleError:
+    with pytest.raises(IncompatibleError) as exc:
+        check_pair(*args, **kwargs)
+    return exc.value
+
+
+def test_an_unparsable_plugin_version_is_refused_with_a_fix() -> None:
+    err = _refusal(Layout.LAYOUT_2, None, "banana", path="ck")
+    assert err.code == "plugin-incompatible"
+    assert err.reason == "'banana' is not a version"
+    assert err.fix == "pass the installed clef-vllm version, e.g. 0.2.1"
+
+
+@pytest.mark.parametrize("snapshot", [False, True])
+def test_an_unmarked_layout_2_is_refused_with_the_migrate_command(snapshot: bool) -> None:
+    err = _refusal(Layout.LAYOUT_2_UNMARKED, None, "0.2.1", path="ck", snapshot=snapshot)
+    assert err.code == "marker-missing"
+    assert err.reason.startswith("int8 tables without a requires_clef_vllm marker (the 2026-10-07 downloads)")
+    assert err.fix == "repair it: clef-format migrate ck --to layout-2" + (" --output DIR" if snapshot else "")
+
+
+def test_an_unknown_layout_is_refused_with_the_verify_command() -> None:
+    err = _refusal(Layout.UNKNOWN, None, "0.2.1", path="ck")
+    assert err.code == "unknown-layout"
+    assert err.fix == "run clef-format verify ck and re-download what it reports"
+
+
+def test_a_layout_1_snapshot_for_a_0_2_plugin_is_migrated_to_a_copy() -> None:
+    """The cache snapshot itself is never written: the migrate command carries --output."""
+    err = _refusal(Layout.LAYOUT_1, None, "0.2.1", path="ck", snapshot=True)
+    assert err.code == "plugin-incompatible"
+    assert err.fix == "migrate the weights: clef-format migrate ck --to layout-2 --output DIR"

@@ -80,3 +80,18 @@ def test_each_invalid_marker_says_why(value, message: str) -> None:
     with pytest.raises(MarkerError) as caught:
         parse_marker(value)
     assert str(caught.value) == message
+
+
+def test_admits_counts_pre_releases_even_for_a_set_that_excludes_them() -> None:
+    from packaging.specifiers import SpecifierSet
+
+    spec = SpecifierSet(">=0.2.0", prereleases=False)
+    assert admits(spec, "0.3.0rc1") and admits(spec, "0.2.1.dev3")
+
+
+def test_admits_refuses_a_plugin_version_that_is_no_version() -> None:
+    """Never a silent "not admitted": the caller passed something that is not a version."""
+    from packaging.version import InvalidVersion
+
+    with pytest.raises(InvalidVersion):
+        admits(parse_marker(MARKER_VALUE), "banana")

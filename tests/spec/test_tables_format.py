@@ -59,3 +59,40 @@ def test_quality_figures_must_be_finite_numbers(value, ok):
     meta["quality"] = '{"lm_head.weight": {' + figures + "}}"
     problems = TF.metadata_problems(meta, ("lm_head.weight",))
     assert problems == ([] if ok else ["metadata 'quality' of 'lm_head.weight' lacks finite rel_error"])
+
+
+def test_metadata_of_the_format_has_no_problem_and_each_missing_key_is_named() -> None:
+    meta = TF.metadata_for("BF16", {"lm_head.weight": dict.fromkeys(TF.QUALITY_FIGURES, 0.5)})
+    assert TF.metadata_problems(meta, ("lm_head.weight",)) == []
+    del meta["source_dtype"], meta["clef_layout"]
+    assert TF.metadata_problems(meta, ("lm_head.weight",)) == ["metadata lacks 'clef_layout'",
+                                                                "metadata lacks 'source_dtype'"]
+
+
+def test_a_source_dtype_outside_the_float_dtypes_is_reported() -> None:
+    meta = TF.metadata_for("I8", {})
+    assert TF.metadata_problems(meta) == ["metadata source_dtype='I8', expected one of BF16, F16, F32"]
+
+
+@pytest.mark.parametrize("quality, tables, problem", [
+    ("[1]", None, "metadata 'quality' is not a JSON object"),
+    ("{}", ("embed_tokens.weight", "lm_head.weight"),
+     "metadata 'quality' describes [], expected the tables ['embed_tokens.weight', 'lm_head.weight']"),
+    ('{"lm_head.weight": {"rel_error": 0.1}}', None,
+     "metadata 'quality' of 'lm_head.weight' lacks finite mean_row_cosine, min_row_cosine, max_row_rel_error"),
+])
+def test_each_quality_problem_says_what_it_found(quality: str, tables, problem: str) -> None:
+    meta = TF.metadata_for("BF16", {})
+    meta["quality"] = quality
+    assert TF.metadata_problems(meta, tables) == [problem]
+
+
+def test_problems_of_chunks_merge_into_the_whole() -> None:
+    """A table read in chunks: counts add up and the first indexes are shifted by each chunk's offset."""
+    import struct
+
+    whole = TF.Problems()
+    whole.merge(TF.scale_problems(struct.pack("<3f", -1.0, 1.0, -1.0)), offset=0)
+    whole.merge(TF.scale_problems(struct.pack("<3f", -1.0, float("nan"), -1.0)), offset=3)
+    assert whole.counts == {"negative": 4, "nonfinite": 1}
+    assert whole.first == {"negative": [0, 2, 3, 5], "nonfinite": [4]}

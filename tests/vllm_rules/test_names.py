@@ -1,0 +1,23 @@
+"""vllm_rules.names: the vLLM versions clef-format has rules for, and what a bad one is told."""
+
+from __future__ import annotations
+
+import pytest
+
+from clef_format.errors import UsageError
+from clef_format.vllm_rules.names import check_vllm_version, version_key
+
+
+@pytest.mark.parametrize("version", ["latest", "0", "0.x", "v0.28"])
+def test_a_string_that_is_no_vllm_version_is_named_in_the_error(version: str) -> None:
+    with pytest.raises(ValueError) as exc:
+        version_key(version)
+    assert str(exc.value) == f"not a vLLM version: {version!r}"
+    with pytest.raises(UsageError) as usage:
+        check_vllm_version(version)
+    assert str(exc.value) in str(usage.value)
+
+
+def test_a_version_is_keyed_by_major_and_minor() -> None:
+    assert version_key("0.28") == version_key("0.28.1") == (0, 28)
+    assert version_key("1.2.3rc1") == (1, 2)
