@@ -15,7 +15,8 @@ import pytest
 from clef_format.fixtures.quant import PROJ, build_quant_config
 from clef_format.read.checkpoint import read_checkpoint
 from clef_format.spec.findings import Finding
-from clef_format.verify.checks.patterns import check_patterns
+from clef_format.verify.checks.patterns import check_patterns, pattern_findings
+from clef_format.vllm_rules.names import VERSION_TABLE
 from tests.vllm_rules.pattern_cases import quant_dict
 
 N = 8  # fixture layers; hybrid stores layers 0-3 FP8, 4-7 NVFP4
@@ -89,6 +90,8 @@ def test_half_ignored_fused_layer(fresh: Callable[..., Path]) -> None:
     fs = findings_with(fresh(), lambda q: q["ignore"].append(r"re:.*in_proj_qkv$"))
     (f,) = by_code(fs, "fused-scheme-mismatch")
     assert "in_proj_qkvz" in f.message and "partly ignored" in f.message and f.severity == "error"
+    assert "its shards (in_proj_qkv, in_proj_z) are partly ignored" in f.message
+    assert f.fix == "ignore all of in_proj_qkv, in_proj_z or none of them (anchor regexes with $)"
 
 
 def test_fused_shards_in_different_groups(fresh: Callable[..., Path]) -> None:
@@ -102,6 +105,8 @@ def test_fused_shards_in_different_groups(fresh: Callable[..., Path]) -> None:
     fs = findings_with(fresh("layout-2", "nvfp4"), edit)
     fused = by_code(fs, "fused-scheme-mismatch")
     assert fused and "in_proj_qkvz" in fused[0].message
+    assert ("vLLM fuses shards the quantizer treated differently (in_proj_qkv: fp8-w8a8 via 're:.*in_proj_qkv'; "
+            "in_proj_z: nvfp4-w4a4 via 're:.*in_proj_z$'); vLLM builds one scheme for all: fp8-w8a8") in fused[0].message
     # vLLM builds FP8 (the unanchored in_proj_qkv matches the fused name) over stored NVFP4 tensors
     mism = by_code(fs, "scheme-tensor-mismatch")
     assert mism and "fp8-w8a8" in mism[0].message and "nvfp4-w4a4" in mism[0].message
@@ -127,6 +132,8 @@ def test_layer_meant_quantized_but_bf16_in_vllm(fresh: Callable[..., Path]) -> N
         quantization_config=quant_dict([("NVFP4", [r"re:model\.language_model\..*mlp.*"], None)], [], "nvfp4-pack-quantized")))
     unq = by_code(fs, "layer-unquantized")
     assert unq and {f.severity for f in unq} == {"warning"}
+    assert all("the recipe quantizes it (nvfp4-w4a4 via 're:model\\.language_model\\..*mlp.*') but vLLM builds it "
+               "unquantized (no target matches)" in f.message for f in unq)
 
 
 def test_fused_ignore_meaning_differs_by_vllm_version(fresh: Callable[..., Path]) -> None:
@@ -168,7 +175,27 @@ def test_config_refused_only_on_another_version_is_a_warning(fresh: Callable[...
     assert (w.code, w.severity) == ("quant-config-invalid", "warning")
     assert w.message.startswith("on vLLM 0.33 (checked: 0.28): vLLM refuses quantization_config")
     assert "activation ordering" in w.message
+    after = next(r.after for r in VERSION_TABLE if r.name == "actorder_group_refused")
+    assert w.message.endswith(f"[from 0.30: {after}]")  # the row behind the difference, by its meaning
     ck = read_checkpoint(root)
     ck.vllm_version = "0.33"
     (e,) = [f for f in check_patterns(ck) if f.severity == "error"]
     assert e.code == "quant-config-invalid" and "not on vLLM 0.28" in e.message
+
+
+def test_another_version_is_compared_when_every_differing_row_is_in_play(fresh: Callable[..., Path]) -> None:
+    """0.28 against 0.30 differ in two rows (fused-name ignore, actorder); this config meets both."""
+    root = fresh("layout-2", "nvfp4")
+
+    def edit(q: dict[str, Any]) -> None:
+        q["config_groups"]["group_0"]["weights"].update(actorder="group")
+        q["ignore"].append(r"re:.*in_proj_qkv")
+
+    findings_with(root, edit)
+    ck = read_checkpoint(root)
+    fs = pattern_findings(ck.model, ck.backbone, "0.28", ("0.30",))
+    (mine,) = [f for f in fs if f.severity == "error"]
+    assert mine.code == "fused-scheme-mismatch" and "[not on vLLM 0.30: ignore 're:.*in_proj_qkv' matches" in mine.message
+    (theirs,) = [f for f in fs if f.severity == "warning"]
+    assert theirs.code == "quant-config-invalid"
+    assert theirs.message.startswith("on vLLM 0.30 (checked: 0.28): vLLM refuses quantization_config")
