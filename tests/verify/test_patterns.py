@@ -199,3 +199,35 @@ def test_another_version_is_compared_when_every_differing_row_is_in_play(fresh: 
     (theirs,) = [f for f in fs if f.severity == "warning"]
     assert theirs.code == "quant-config-invalid"
     assert theirs.message.startswith("on vLLM 0.30 (checked: 0.28): vLLM refuses quantization_config")
+
+
+def test_a_class_name_target_no_vllm_layer_has_is_reported_as_hf_only(fresh: Callable[..., Path]) -> None:
+    """compressed-tensors matches "Module" against every HF module's class; vLLM's layer classes never contain it."""
+    fs = findings_with(fresh("layout-2", "nvfp4"), lambda q: q["config_groups"]["group_0"].update(targets=["Module"]))
+    (f,) = by_code(fs, "pattern-hf-anchored")
+    assert f.severity == "error" and f.message.startswith("target 'Module' matches Hugging Face modules (")
+    assert not by_code(fs, "pattern-unmatched")
+
+
+def test_scheme_tensor_mismatch_lists_every_stored_kind_of_a_fused_layer(fresh: Callable[..., Path]) -> None:
+    """Hybrid layer 0 (FP8 in the config) with gate_proj stored NVFP4 (layer 4's tensors) and up_proj BF16."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from clef_format.read.safetensors import read_header
+    from clef_format.spec import layouts as L
+
+    root = fresh("layout-2", "hybrid")
+    path = root / L.BACKBONE_SINGLE
+    tensors, meta = load_file(str(path)), read_header(path).metadata
+    gate0, gate4 = "model.language_model.layers.0.mlp.gate_proj.", "model.language_model.layers.4.mlp.gate_proj."
+    up0 = "model.language_model.layers.0.mlp.up_proj."
+    shape = tensors[up0 + "weight"].shape
+    for n in [n for n in tensors if n.startswith((gate0, up0))]:
+        del tensors[n]
+    tensors.update({gate0 + n[len(gate4):]: t.clone() for n, t in tensors.items() if n.startswith(gate4)})
+    tensors[up0 + "weight"] = torch.zeros(shape, dtype=torch.bfloat16)
+    save_file(tensors, str(path), metadata=meta)
+    (f,) = by_code(check_patterns(read_checkpoint(root)), "scheme-tensor-mismatch")
+    assert f.message.startswith("language_model.model.layers.{0}.mlp.gate_up_proj: vLLM builds fp8-w8a8")
+    assert f.message.endswith("but the stored tensors are nvfp4-w4a4, unquantized")
