@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 from clef_format.cli.main import main
-from clef_format.cli.output import EXIT_COULD_NOT_RUN, EXIT_FINDINGS, EXIT_OK, exit_status
+from clef_format.cli.output import EXIT_COULD_NOT_RUN, EXIT_FINDINGS, EXIT_OK, could_not_run_report, exit_status
+from clef_format.errors import CouldNotRun
 from clef_format.report import make_report
 from clef_format.spec.findings import error, warning
 
@@ -45,3 +46,19 @@ def test_exit_status_classes() -> None:
     assert exit_status(make_report("verify", "p", None, [error("missing-file", "gone")])) == EXIT_FINDINGS
     assert exit_status(make_report("verify", "p", None, [error("unreadable", "denied")])) == EXIT_COULD_NOT_RUN
     assert (EXIT_OK, EXIT_FINDINGS, EXIT_COULD_NOT_RUN) == (0, 1, 2)
+
+
+def test_could_not_run_json_carries_exactly_the_report_keys_and_error(tmp_path: Path, capsys) -> None:
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "config.json").write_text("{}")
+    _, payload = _json_of(["example", str(taken), "--json"], capsys)
+    assert set(payload) == {"command", "path", "layout", "ok", "findings", "error"}
+
+
+def test_could_not_run_report_keeps_the_cause_in_its_details() -> None:
+    report = could_not_run_report("verify", "ck", CouldNotRun("the disk went away", code="unwritable", fix="retry"))
+    assert dict(report.details) == {"error": "the disk went away"}
+    assert report.to_dict()["error"] == "the disk went away"
+    (finding,) = report.findings
+    assert (finding.code, finding.message, finding.fix) == ("unwritable", "the disk went away", "retry")

@@ -12,7 +12,8 @@ from safetensors.torch import load_file, save_file
 from clef_format.read.checkpoint import read_checkpoint
 from clef_format.read.safetensors import read_header
 from clef_format.spec import layouts as L
-from clef_format.verify.checks.backbone import check_backbone
+from clef_format.spec.model_spec import table_shape
+from clef_format.verify.checks.backbone import _REDOWNLOAD, check_backbone
 
 BF16_LINEAR = "model.visual.blocks.0.attn.qkv"  # unquantized in every build (vision is ignored)
 FP8_LINEAR = "model.language_model.layers.0.mlp.down_proj"  # hybrid: layers 0-3 FP8
@@ -68,3 +69,62 @@ def test_a_module_without_a_weight_is_named(fresh) -> None:
     _rewrite(root, lambda t: [t.pop(n) for n in list(t) if n.startswith(f"{BF16_LINEAR}.")])
     assert _findings(root) == [("tensor-missing", f"{BF16_LINEAR}.weight",
                                 f"{BF16_LINEAR}: no weight stored (neither weight nor weight_packed)")]
+
+
+def _full_findings(root: Path) -> list:
+    return list(check_backbone(read_checkpoint(root)))
+
+
+def test_a_module_without_a_weight_names_the_module_and_the_fix(fresh) -> None:
+    root = fresh("layout-2", "hybrid")
+    _unresolvable(root)
+    _rewrite(root, lambda t: [t.pop(n) for n in list(t) if n.startswith(f"{BF16_LINEAR}.")])
+    (finding,) = _full_findings(root)
+    assert (finding.module, finding.fix) == (BF16_LINEAR, _REDOWNLOAD)
+
+
+def test_a_missing_plain_parameter_is_named_with_the_fix(fresh) -> None:
+    root = fresh("layout-2", "hybrid")
+    norm = "model.language_model.norm.weight"
+    _rewrite(root, lambda t: t.pop(norm))
+    (finding,) = _full_findings(root)
+    assert (finding.code, finding.tensor, finding.message, finding.fix) == (
+        "tensor-missing", norm, f"{norm} is missing", _REDOWNLOAD)
+
+
+def test_a_tensor_the_config_does_not_imply_is_unexpected(fresh) -> None:
+    root = fresh("layout-2", "hybrid")
+    extra = "model.language_model.layers.0.mlp.extra.weight"
+    _rewrite(root, lambda t: t.update({extra: torch.zeros(2, 2, dtype=torch.bfloat16)}))
+    (finding,) = _full_findings(root)
+    assert (finding.code, finding.tensor, finding.file) == ("tensor-unexpected", extra, L.BACKBONE_SINGLE)
+    assert finding.message.startswith(f"{extra} is not part of a ")
+
+
+def test_lm_head_is_still_checked_when_embed_tokens_is_absent(fresh) -> None:
+    """Layout 1 keeps both tables in the backbone; one absent table does not stop the other's check."""
+    root = fresh("layout-1", "hybrid")
+    cfg = read_checkpoint(root).model
+    vocab, hidden = table_shape(cfg)
+
+    def change(t):
+        t.pop(L.EMBED_TOKENS)
+        t[L.LM_HEAD] = t[L.LM_HEAD].to(torch.float32)
+
+    _rewrite(root, change)
+    findings = _full_findings(root)
+    assert [(f.code, f.tensor, f.file) for f in findings] == [("table-shape", L.LM_HEAD, L.BACKBONE_SINGLE)]
+    assert findings[0].message == f"{L.LM_HEAD} is F32[{vocab}, {hidden}], expected BF16[{vocab}, {hidden}]"
+    assert findings[0].fix == _REDOWNLOAD
+
+
+def test_a_float16_model_holds_its_biases_to_float16(fresh) -> None:
+    """torch_dtype float16: every unquantized tensor, biases included, is F16."""
+    root = fresh("layout-2", "hybrid")
+    path = root / "config.json"
+    config = json.loads(path.read_text())
+    config["torch_dtype"] = "float16"
+    path.write_text(json.dumps(config))
+    _rewrite(root, lambda t: t.update({n: v.to(torch.float16) for n, v in t.items() if v.dtype == torch.bfloat16}))
+    assert read_checkpoint(root).model.dtype == "F16"
+    assert _findings(root) == []

@@ -178,3 +178,91 @@ def test_any_json_value_in_a_rule_key_is_a_finding_never_a_crash(key):
             continue  # bad-config, reported by the reader
         for p in config_problems(raw, cfg):
             assert p.key and p.message and p.fix
+
+
+def _tiny(**kw):
+    """A private tiny config: tiny_config's nested dicts (rope_parameters) are shared between calls."""
+    import copy
+
+    from clef_format.fixtures.configs import tiny_config
+
+    return copy.deepcopy(tiny_config(**kw))
+
+
+def _problems(raw: dict) -> dict:
+    """key -> (message, fix) of every config problem of ``raw`` (one per key in these cases)."""
+    from clef_format.spec.model_spec import parse_config
+    from clef_format.vllm_rules.config_rules import config_problems
+
+    return {p.key: (p.message, p.fix) for p in config_problems(raw, parse_config(raw))}
+
+
+def test_a_rope_type_only_one_version_builds_names_the_other_and_sets_default():
+    raw = _tiny()
+    raw["text_config"]["rope_parameters"]["rope_type"] = "xdrope"  # vLLM 0.28 only
+    key = "text_config.rope_parameters.rope_type"
+    message, fix = _problems(raw)[key]
+    assert message == (f"{key} 'xdrope' is a RoPE type vLLM 0.33 (only 0.28) builds (ValueError: Unknown RoPE "
+                       "scaling type)")
+    assert fix == f'set "{key}": "default" in config.json'
+
+
+def test_token_id_problems_say_when_the_id_is_transformers_default_and_how_to_fix():
+    raw = _tiny()
+    raw.pop("video_token_id", None)
+    raw["vision_start_token_id"] = raw["image_token_id"]
+    found = _problems(raw)
+    message, fix = found["video_token_id"]
+    assert message.startswith("video_token_id 248057 (absent: transformers' default 248057) is not a token id below "
+                              "vocab_size 512")
+    assert fix == "set video_token_id to the id the tokenizer gives that token (tokenizer.json added_tokens)"
+    message, fix = found["vision_start_token_id"]
+    assert message == (f"vision_start_token_id {raw['image_token_id']} is also image_token_id: the two special "
+                       "tokens cannot share an id")
+    assert fix == "set vision_start_token_id to the id the tokenizer gives that token (tokenizer.json added_tokens)"
+
+
+def test_an_unknown_vision_activation_is_set_to_qwen_s():
+    raw = _tiny()
+    raw["vision_config"]["hidden_act"] = "gelu-x"
+    assert _problems(raw)["vision_config.hidden_act"][1] == 'set "vision_config.hidden_act": "gelu_pytorch_tanh" in config.json'
+
+
+def test_absent_vision_num_heads_reads_as_transformers_default_16():
+    raw = _tiny()
+    raw["vision_config"].pop("num_heads", None)
+    raw["vision_config"]["hidden_size"] = 40  # not a multiple of 16
+    message, _ = _problems(raw)["vision_config.num_heads"]
+    assert message.startswith("vision_config.num_heads 16 does not divide vision_config.hidden_size 40")
+
+
+def test_a_text_only_config_nested_in_text_config_is_read_there():
+    """No vision_config but a text_config object: parse_config reads the text model there, so do the rules."""
+    nested = _tiny()
+    nested.pop("vision_config")
+    nested["architectures"] = ["Qwen3_5ForCausalLM"]
+    nested["model_type"] = "qwen3_5_text"
+    nested["text_config"]["hidden_act"] = "gelu"
+    assert list(_problems(nested)) == ["text_config.hidden_act"]
+
+
+def test_a_text_only_config_with_the_multimodal_class_says_without_vision_config():
+    raw = _tiny(multimodal=False)
+    raw["architectures"] = ["Qwen3_5ForConditionalGeneration"]
+    message, fix = _problems(raw)["architectures"]
+    assert message.startswith("architectures[0] is 'Qwen3_5ForConditionalGeneration', but this config (without "
+                              "vision_config) is served by Qwen3_5ForCausalLM: ")
+    assert fix == 'set "architectures": ["Qwen3_5ForCausalLM"] in config.json'
+
+
+def test_tied_embeddings_say_which_reader_drops_a_table():
+    flat = _tiny(multimodal=False)
+    flat["tie_word_embeddings"] = True
+    assert _problems(flat)["tie_word_embeddings"][0].endswith(
+        "(Clef's lm_head is untied): vLLM and transformers tie lm_head to embed_tokens, and one stored table is lost")
+    top = _tiny()
+    top["tie_word_embeddings"] = True
+    message, fix = _problems(top)["tie_word_embeddings"]
+    assert message.endswith("(Clef's lm_head is untied): transformers ties lm_head to embed_tokens and drops the "
+                            "stored lm_head")
+    assert fix == 'set "tie_word_embeddings": false in config.json'

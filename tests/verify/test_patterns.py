@@ -15,7 +15,8 @@ import pytest
 from clef_format.fixtures.quant import PROJ, build_quant_config
 from clef_format.read.checkpoint import read_checkpoint
 from clef_format.spec.findings import Finding
-from clef_format.verify.checks.patterns import check_patterns
+from clef_format.verify.checks.patterns import check_patterns, pattern_findings
+from clef_format.vllm_rules.names import VERSION_TABLE
 from tests.vllm_rules.pattern_cases import quant_dict
 
 N = 8  # fixture layers; hybrid stores layers 0-3 FP8, 4-7 NVFP4
@@ -89,6 +90,8 @@ def test_half_ignored_fused_layer(fresh: Callable[..., Path]) -> None:
     fs = findings_with(fresh(), lambda q: q["ignore"].append(r"re:.*in_proj_qkv$"))
     (f,) = by_code(fs, "fused-scheme-mismatch")
     assert "in_proj_qkvz" in f.message and "partly ignored" in f.message and f.severity == "error"
+    assert "its shards (in_proj_qkv, in_proj_z) are partly ignored" in f.message
+    assert f.fix == "ignore all of in_proj_qkv, in_proj_z or none of them (anchor regexes with $)"
 
 
 def test_fused_shards_in_different_groups(fresh: Callable[..., Path]) -> None:
@@ -102,6 +105,8 @@ def test_fused_shards_in_different_groups(fresh: Callable[..., Path]) -> None:
     fs = findings_with(fresh("layout-2", "nvfp4"), edit)
     fused = by_code(fs, "fused-scheme-mismatch")
     assert fused and "in_proj_qkvz" in fused[0].message
+    assert ("vLLM fuses shards the quantizer treated differently (in_proj_qkv: fp8-w8a8 via 're:.*in_proj_qkv'; "
+            "in_proj_z: nvfp4-w4a4 via 're:.*in_proj_z$'); vLLM builds one scheme for all: fp8-w8a8") in fused[0].message
     # vLLM builds FP8 (the unanchored in_proj_qkv matches the fused name) over stored NVFP4 tensors
     mism = by_code(fs, "scheme-tensor-mismatch")
     assert mism and "fp8-w8a8" in mism[0].message and "nvfp4-w4a4" in mism[0].message
@@ -127,6 +132,8 @@ def test_layer_meant_quantized_but_bf16_in_vllm(fresh: Callable[..., Path]) -> N
         quantization_config=quant_dict([("NVFP4", [r"re:model\.language_model\..*mlp.*"], None)], [], "nvfp4-pack-quantized")))
     unq = by_code(fs, "layer-unquantized")
     assert unq and {f.severity for f in unq} == {"warning"}
+    assert all("the recipe quantizes it (nvfp4-w4a4 via 're:model\\.language_model\\..*mlp.*') but vLLM builds it "
+               "unquantized (no target matches)" in f.message for f in unq)
 
 
 def test_fused_ignore_meaning_differs_by_vllm_version(fresh: Callable[..., Path]) -> None:
@@ -168,7 +175,59 @@ def test_config_refused_only_on_another_version_is_a_warning(fresh: Callable[...
     assert (w.code, w.severity) == ("quant-config-invalid", "warning")
     assert w.message.startswith("on vLLM 0.33 (checked: 0.28): vLLM refuses quantization_config")
     assert "activation ordering" in w.message
+    after = next(r.after for r in VERSION_TABLE if r.name == "actorder_group_refused")
+    assert w.message.endswith(f"[from 0.30: {after}]")  # the row behind the difference, by its meaning
     ck = read_checkpoint(root)
     ck.vllm_version = "0.33"
     (e,) = [f for f in check_patterns(ck) if f.severity == "error"]
     assert e.code == "quant-config-invalid" and "not on vLLM 0.28" in e.message
+
+
+def test_another_version_is_compared_when_every_differing_row_is_in_play(fresh: Callable[..., Path]) -> None:
+    """0.28 against 0.30 differ in two rows (fused-name ignore, actorder); this config meets both."""
+    root = fresh("layout-2", "nvfp4")
+
+    def edit(q: dict[str, Any]) -> None:
+        q["config_groups"]["group_0"]["weights"].update(actorder="group")
+        q["ignore"].append(r"re:.*in_proj_qkv")
+
+    findings_with(root, edit)
+    ck = read_checkpoint(root)
+    fs = pattern_findings(ck.model, ck.backbone, "0.28", ("0.30",))
+    (mine,) = [f for f in fs if f.severity == "error"]
+    assert mine.code == "fused-scheme-mismatch" and "[not on vLLM 0.30: ignore 're:.*in_proj_qkv' matches" in mine.message
+    (theirs,) = [f for f in fs if f.severity == "warning"]
+    assert theirs.code == "quant-config-invalid"
+    assert theirs.message.startswith("on vLLM 0.30 (checked: 0.28): vLLM refuses quantization_config")
+
+
+def test_a_class_name_target_no_vllm_layer_has_is_reported_as_hf_only(fresh: Callable[..., Path]) -> None:
+    """compressed-tensors matches "Module" against every HF module's class; vLLM's layer classes never contain it."""
+    fs = findings_with(fresh("layout-2", "nvfp4"), lambda q: q["config_groups"]["group_0"].update(targets=["Module"]))
+    (f,) = by_code(fs, "pattern-hf-anchored")
+    assert f.severity == "error" and f.message.startswith("target 'Module' matches Hugging Face modules (")
+    assert not by_code(fs, "pattern-unmatched")
+
+
+def test_scheme_tensor_mismatch_lists_every_stored_kind_of_a_fused_layer(fresh: Callable[..., Path]) -> None:
+    """Hybrid layer 0 (FP8 in the config) with gate_proj stored NVFP4 (layer 4's tensors) and up_proj BF16."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from clef_format.read.safetensors import read_header
+    from clef_format.spec import layouts as L
+
+    root = fresh("layout-2", "hybrid")
+    path = root / L.BACKBONE_SINGLE
+    tensors, meta = load_file(str(path)), read_header(path).metadata
+    gate0, gate4 = "model.language_model.layers.0.mlp.gate_proj.", "model.language_model.layers.4.mlp.gate_proj."
+    up0 = "model.language_model.layers.0.mlp.up_proj."
+    shape = tensors[up0 + "weight"].shape
+    for n in [n for n in tensors if n.startswith((gate0, up0))]:
+        del tensors[n]
+    tensors.update({gate0 + n[len(gate4):]: t.clone() for n, t in tensors.items() if n.startswith(gate4)})
+    tensors[up0 + "weight"] = torch.zeros(shape, dtype=torch.bfloat16)
+    save_file(tensors, str(path), metadata=meta)
+    (f,) = by_code(check_patterns(read_checkpoint(root)), "scheme-tensor-mismatch")
+    assert f.message.startswith("language_model.model.layers.{0}.mlp.gate_up_proj: vLLM builds fp8-w8a8")
+    assert f.message.endswith("but the stored tensors are nvfp4-w4a4, unquantized")
