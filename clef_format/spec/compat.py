@@ -70,27 +70,6 @@ def _lower_bound(spec: Specifier) -> tuple[Version, bool] | None:
     return None
 
 
-def _upper_bound(spec: Specifier) -> tuple[Version, bool] | None:
-    op, text = spec.operator, spec.version
-    if op in (">", ">=", "!="):
-        return None
-    if op == "===":
-        try:
-            return Version(text), True
-        except InvalidVersion:
-            return None
-    if op == "==" and text.endswith(".*"):
-        return _next_prefix(Version(text[:-2]).release), False
-    v = Version(text.split("+")[0])
-    if op == "~=":
-        return _next_prefix(v.release[:-1]), False
-    if op in ("==", "<="):
-        return v, True
-    if op == "<":
-        return v, False
-    return None
-
-
 def _parsed(text: str) -> Version | None:
     try:
         return Version(text)
@@ -122,21 +101,22 @@ def marker_problem(marker: SpecifierSet) -> str | None:
     and none outside ``>=0.2.0`` (pre-releases of 0.2.0 count as inside, as for the plugin)."""
     if str(marker) == MARKER_VALUE:
         return None
-    low, low_incl = _ZERO, True
-    high: tuple[Version, bool] | None = None
+    low = _ZERO
     for s in marker:
         lb = _lower_bound(s)
-        if lb is not None and (lb[0] > low or (lb[0] == low and not lb[1])):
-            low, low_incl = lb
-        ub = _upper_bound(s)
-        if ub is not None and (high is None or ub[0] < high[0] or (ub[0] == high[0] and not ub[1])):
-            high = ub
-    empty = high is not None and (high[0] < low or (high[0] == low and not (high[1] and low_incl)))
-    if empty or not any(marker.contains(v, prereleases=True) for v in _witnesses(marker, low)):
+        if lb is not None and lb[0] > low:
+            low = lb[0]
+    admitted = [v for v in _witnesses(marker, low) if marker.contains(v, prereleases=True)]
+    if not admitted:  # not one of its bounds and their neighbours (the versions where an answer can change)
         return f"{MARKER_KEY} = {str(marker)!r} admits no version at all: no plugin could serve these weights"
     if low < LAYOUT_2_FLOOR:
-        return (f"{MARKER_KEY} = {str(marker)!r} admits versions below 0.2.0 (from {low}), which read BF16 tables "
-                "that a layout-2 backbone does not hold")
+        below = sorted(v for v in admitted if v < LAYOUT_2_FLOOR)
+        if below:
+            return (f"{MARKER_KEY} = {str(marker)!r} admits versions below 0.2.0 (e.g. {below[0]}), which read BF16 "
+                    "tables that a layout-2 backbone does not hold")
+        # exclusions (!=, !=X.*) may leave nothing below 0.2.0, but that is not proven here: refuse, saying so
+        return (f"{MARKER_KEY} = {str(marker)!r} is bounded below by {low}, not 0.2.0: it may admit versions "
+                "below 0.2.0, which read BF16 tables that a layout-2 backbone does not hold")
     return None
 
 

@@ -208,3 +208,25 @@ def test_a_layout_1_snapshot_for_a_0_2_plugin_is_migrated_to_a_copy() -> None:
     err = _refusal(Layout.LAYOUT_1, None, "0.2.1", path="ck", snapshot=True)
     assert err.code == "plugin-incompatible"
     assert err.fix == "migrate the weights: clef-format migrate ck --to layout-2 --output DIR"
+
+
+@pytest.mark.parametrize("text, version", [("===0.2.0+cpu,==0.2.0+cpu", "0.2.0+cpu"), ("==0.2.0,===0.2.0+cpu", "0.2.0+cpu"),
+                                           ("<=1.0,===1.0+cpu", "1.0+cpu"), ("===0.2.0+cpu,==0.2.1", None)])
+def test_an_arbitrary_equality_with_a_local_label_is_judged_exactly(text: str, version: str | None) -> None:
+    """``===`` compares the text as written: a marker admitting exactly '0.2.0+cpu' admits a version (it
+    was once called empty by a bound that dropped the local label); one admitting nothing says so."""
+    problem = marker_problem(SpecifierSet(text))
+    if version is None:
+        assert problem is not None and "admits no version" in problem
+    else:
+        assert SpecifierSet(text).contains(version, prereleases=True)
+        assert problem is None
+
+
+def test_a_low_bound_excluded_by_a_wildcard_is_not_called_admitted() -> None:
+    """'>=0.1.post0,!=0.1.*,<0.2.1' admits nothing below 0.2.0 that a witness shows: still refused (not
+    proven), but never with a false example."""
+    problem = marker_problem(SpecifierSet("<0.2.1,>=0.1.post0,!=0.1.*"))
+    assert problem is not None and "may admit versions below 0.2.0" in problem and "e.g." not in problem
+    problem = marker_problem(SpecifierSet(">=0.1.5,<0.3"))
+    assert problem is not None and "admits versions below 0.2.0 (e.g. 0.1.5)" in problem
