@@ -126,7 +126,7 @@ def parse_header(raw: bytes, file_size: int) -> Header:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise HeaderError("not-utf8", f"header is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
-    if not text.startswith("{"):
+    if not text.lstrip(" \t\n\r").startswith("{"):  # JSON whitespace may lead, as safetensors' reader allows
         raise HeaderError("not-json", "header does not start with '{'")
     try:
         pairs = _DECODER.decode(text)

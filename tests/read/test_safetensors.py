@@ -223,3 +223,17 @@ def test_undecodable_headers_say_where_they_break(tmp_path, raw: bytes, reason: 
     with pytest.raises(HeaderError) as exc:
         read_header(path)
     assert (exc.value.reason, str(exc.value)) == (reason, message)
+
+
+@pytest.mark.parametrize("lead, accepted", [(" ", True), ("\n", True), ("\t", True), ("\r", True), (" \n\t\r ", True),
+                                            ("\x0c", False), ("\u00a0", False), ("x", False)])
+def test_whitespace_before_the_header_object_is_judged_like_safetensors(tmp_path, lead: str, accepted: bool) -> None:
+    """JSON whitespace (space, tab, newline, return) may precede the header's '{', as safetensors' own
+    reader allows; anything else may not."""
+    path = _raw_file(tmp_path, lead + '{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}', 8)
+    assert safe_open_accepts(path) is accepted
+    if accepted:
+        assert read_header(path).tensors["w"] == ("F32", (2,), 0, 8)
+    else:
+        with pytest.raises(HeaderError):
+            read_header(path)
