@@ -66,11 +66,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         module = import_module(f"clef_format.cli.commands.{COMMANDS[args.command][0]}")
         return int(module.run(args))
     except CouldNotRun as exc:
-        return _could_not_run(command, path, exc, as_json)
+        return _could_not_run(command, path, exc, as_json, args_in)
     except KeyboardInterrupt:
         return _could_not_run(command, path, CouldNotRun(
             "interrupted", code="interrupted",
-            fix="run the command again (an interrupted migrate resumes, or rolls back with --abort)"), as_json)
+            fix="run the command again (an interrupted migrate resumes, or rolls back with --abort)"), as_json, args_in)
     except BrokenPipeError:  # `clef-format verify ... | head`: the reader left; not an error of ours
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -86,13 +86,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 pass
 
 
-def _could_not_run(command: str | None, path: str | None, exc: CouldNotRun, as_json: bool) -> int:
+def _could_not_run(command: str | None, path: str | None, exc: CouldNotRun, as_json: bool, args_in: list[str]) -> int:
     from clef_format.cli.output import EXIT_COULD_NOT_RUN, could_not_run_report, emit_json, stop_interrupts
 
     stop_interrupts()
 
-    if command == "migrate" and exc.code == "interrupted":
-        exc.fix = f"clef-format migrate {path} resumes the interrupted run; add --abort to roll it back instead"
+    if command == "migrate" and exc.code == "interrupted":  # what to run depends on what the run left
+        from clef_format.cli.commands.migrate_cmd import interrupted_fix
+
+        exc.fix = interrupted_fix(path, args_in)
     if as_json:
         emit_json(could_not_run_report(command, path, exc).to_dict())
     else:

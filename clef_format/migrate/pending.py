@@ -66,7 +66,7 @@ def resume_fix(target: Target, journal: Journal | None, display: str) -> str:
         return f"clef-format migrate {display} --abort puts the original tree back (it is complete in {target.ws})"
     back = f"clef-format migrate {display} --abort rolls it back"
     if journal is None or not isinstance(journal.get("source"), str):
-        return back
+        return f"{back}; then run the migration again"  # nothing of it can be resumed
     return f"clef-format migrate {journal['source']} --to {journal.get('to')} --output {display} resumes it; {back}"
 
 

@@ -364,3 +364,40 @@ def test_output_in_a_missing_folder_is_a_usage_error(fresh, tmp_path, capsys) ->
     rc, out = run_json(capsys, str(root), "--output", str(tmp_path / "no" / "such" / "out"))
     assert rc == 2 and out["findings"][0]["code"] == "usage-error" and out["error"], out
     assert "create" in out["findings"][0]["fix"] and verified(root)[0] == "layout-1"
+
+
+@pytest.mark.parametrize("phase", ["lock:1", "journal:2", "stage:1", "verify:1", "swap:1", "swap:2", "cleanup:1",
+                                   "cleanup:2"])
+def test_a_ctrl_c_during_an_output_run_says_how_to_resume_it_never_in_place(fresh, tmp_path, phase) -> None:
+    """After Ctrl-C (SIGINT at each phase) an --output run is resumed with its --output, or said to have
+    left nothing; following the fix finishes it and never touches the source."""
+    src = fresh("layout-1")
+    out = tmp_path / "out"
+    before = file_digests(src)
+    proc = cli("migrate", str(src), "--to", "layout-2", "--output", str(out), "--json",
+               env={"CLEF_FORMAT_CRASH_AT": f"{phase}:INT"})
+    assert proc.returncode == 2, proc.stderr
+    fix = json.loads(proc.stdout)["findings"][0]["fix"]
+    assert f"clef-format migrate {src} resumes" not in fix, fix
+    again = ["migrate", str(src), "--to", "layout-2", "--output", str(out), "--json"]
+    if " resumes it" in fix:  # the fix's own command
+        assert fix.startswith(f"clef-format migrate {src} --to layout-2 --output {out} resumes it"), fix
+        steps = [fix.split(" resumes it")[0].split()[1:] + ["--json"]]
+    elif fix.startswith(f"clef-format migrate {out} --abort rolls it back; then run the migration again"):
+        steps = [["migrate", str(out), "--abort", "--json"], again]
+    else:
+        assert fix == f"nothing of the interrupted run is left and {src} is unchanged: run the command again", fix
+        steps = [again]
+    for step in steps:
+        rerun = cli(*step)
+        assert rerun.returncode == 0, (step, rerun.stdout[-2000:])
+    assert file_digests(src) == before  # the source, byte for byte
+    assert verified(out) == ("layout-2", True, [])
+
+
+def test_a_ctrl_c_during_an_in_place_run_says_to_rerun_it_in_place(fresh) -> None:
+    src = fresh("layout-1")
+    proc = cli("migrate", str(src), "--to", "layout-2", "--json", env={"CLEF_FORMAT_CRASH_AT": "swap:1:INT"})
+    assert proc.returncode == 2
+    assert json.loads(proc.stdout)["findings"][0]["fix"] == (
+        f"clef-format migrate {src} resumes the interrupted run; add --abort to roll it back instead")

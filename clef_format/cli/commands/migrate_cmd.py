@@ -54,3 +54,32 @@ def run(args: argparse.Namespace) -> int:
     with TerminalProgress() as progress:
         report = migrate_path(args.path, opts, None if (args.current or args.dry_run) else progress)
     return finish(report, args.json, render_migrate)
+
+
+def _flag_value(args_in: list[str], flag: str) -> str | None:
+    """The value of ``flag`` as typed (``--flag V`` or ``--flag=V``; the last one wins, as argparse)."""
+    value = None
+    for i, a in enumerate(args_in):
+        if a == flag and i + 1 < len(args_in):
+            value = args_in[i + 1]
+        elif a.startswith(flag + "="):
+            value = a[len(flag) + 1:]
+    return value
+
+
+def interrupted_fix(path: str | None, args_in: list[str]) -> str:
+    """What to run after a Ctrl-C, from what the interrupted run left beside its target: an out-of-place
+    run is resumed with its ``--output`` (never by migrating the source in place)."""
+    from clef_format.migrate.pending import interrupted_at, resume_fix
+
+    output = _flag_value(args_in, "--output")
+    target = output if output is not None else path
+    found = interrupted_at(target) if target is not None else None
+    if found is None:
+        if output is not None:
+            return f"nothing of the interrupted run is left and {path} is unchanged: run the command again"
+        return (f"nothing of the interrupted run is left: clef-format migrate {path} --current shows the layout "
+                f"{path} is at; run the command again if it is not the one you asked for")
+    if output is None:
+        return f"clef-format migrate {path} resumes the interrupted run; add --abort to roll it back instead"
+    return resume_fix(found[0], found[1], output)
