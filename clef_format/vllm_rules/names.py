@@ -11,6 +11,7 @@ by tests/tier_vllm. The rules that differ between vLLM versions live in ``VERSIO
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 from clef_format.records import Record
@@ -105,13 +106,17 @@ def rules_for(version: str = DEFAULT_VLLM) -> VersionRules:
     return VersionRules(**flags, proven=any(version_key(p) == key for p in PROVEN))
 
 
+#: What a vLLM version given by a user may be: major.minor or major.minor.patch, ASCII digits only.
+_RELEASE = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*))?", re.ASCII)
+
+
 def check_vllm_version(version: object) -> str:
     """``version`` itself when clef-format has rules for it ("0.28", "0.33.0", "0.34": ``rules_for``);
     else ``UsageError`` (a bad argument) saying what to pass."""
     from clef_format.errors import UsageError
 
     try:
-        if not isinstance(version, str):
+        if not isinstance(version, str) or not _RELEASE.fullmatch(version):  # no rc, dev, local, spaces, "0.28.x"
             raise ValueError(f"not a vLLM version: {version!r}")
         rules_for(version)
     except ValueError as exc:

@@ -21,3 +21,15 @@ def test_a_string_that_is_no_vllm_version_is_named_in_the_error(version: str) ->
 def test_a_version_is_keyed_by_major_and_minor() -> None:
     assert version_key("0.28") == version_key("0.28.1") == (0, 28)
     assert version_key("1.2.3rc1") == (1, 2)
+
+
+@pytest.mark.parametrize("version", ["0.28.x", "0.33.0-dev", "0.28.0rc1", "0.28.0.post1", "0.28.0+cpu", "0.28.0.0",
+                                     "0.028", "00.28", " 0.28", "0.28 ", "0.٢8", "", "0.27", "v0.28"])
+def test_a_vllm_version_that_is_not_major_minor_patch_is_a_usage_error(version: str) -> None:
+    with pytest.raises(UsageError):
+        check_vllm_version(version)
+
+
+@pytest.mark.parametrize("version", ["0.28", "0.28.0", "0.28.3", "0.33.0", "0.34", "1.0.0"])
+def test_a_release_version_is_accepted(version: str) -> None:
+    assert check_vllm_version(version) == version
