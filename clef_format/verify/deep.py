@@ -120,6 +120,19 @@ def _unchecked_findings(ck: Checkpoint, unchecked: list[str], checked: int) -> l
             for rel in unchecked]
 
 
+def _unreadable(ck: Checkpoint, rels: list[str]) -> list[Finding]:
+    """The files with no reference are not hashed, but --deep reads every file: each is still opened,
+    so one that cannot be read is reported (could not run, exit 2) instead of passed over."""
+    out = []
+    for rel in rels:
+        try:
+            os.close(os.open(os.path.join(ck.root, rel), os.O_RDONLY | os.O_NONBLOCK))
+        except OSError as exc:
+            out.append(error("unreadable", f"{rel} cannot be read: {exc.strerror}", file=rel,
+                             fix="check permissions, or re-download the file"))
+    return out
+
+
 def _hash_findings(refs: dict[str, Reference], results: dict[tuple[str, str], tuple[str | None, str | None]]
                    ) -> list[Finding]:
     out = []
@@ -306,6 +319,7 @@ class DeepRun:
     def __init__(self, ck: Checkpoint, progress: Any = None) -> None:
         self.ck = ck
         self.refs, self.unchecked, self.findings = gather_references(ck)
+        self.findings += _unreadable(ck, self.unchecked)
         tasks: dict[tuple[str, str], HashTask] = {}
         for ref in self.refs.values():
             key = (ref.path, ref.algorithm)

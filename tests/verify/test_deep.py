@@ -200,6 +200,19 @@ def test_a_file_unreadable_while_hashing_is_unreadable_not_a_verdict(tmp_path: P
     assert "unreadable" in [f["code"] for f in out["findings"]] and out["error"]
 
 
+def test_an_unreadable_file_with_nothing_to_check_it_against_is_still_unreadable(tmp_path: Path) -> None:
+    """No manifest, no cache, no download metadata: --deep hashes nothing, yet it reads every file, so
+    one that cannot be opened is ``unreadable`` (exit 2), not passed over with a manifest-missing warning."""
+    exe = shutil.which("clef-format") or os.path.join(os.path.dirname(sys.executable), "clef-format")
+    root = fresh_copy(tmp_path / "ck")
+    (root / "tokenizer.json").chmod(0)
+    proc = subprocess.run(["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--", exe, "verify", str(root),
+                           "--deep", "--json"], capture_output=True, text=True)
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 2 and out["error"], out
+    assert [f["file"] for f in out["findings"] if f["code"] == "unreadable"] == ["tokenizer.json"]
+
+
 @pytest.mark.parametrize("blocked", ["metadata-file", "download-folder"])
 def test_unreadable_local_dir_metadata_is_unreadable_not_silence(tmp_path: Path, blocked: str) -> None:
     """A ``snapshot_download(local_dir=...)`` folder whose metadata file (or the folder holding them) cannot
