@@ -366,6 +366,12 @@ def test_output_in_a_missing_folder_is_a_usage_error(fresh, tmp_path, capsys) ->
     assert "create" in out["findings"][0]["fix"] and verified(root)[0] == "layout-1"
 
 
+def _sigint_as_from_a_shell() -> None:
+    """Ctrl-C raises in the command, as from a shell: a runner started in the background (make in CI
+    under a non-interactive shell) has SIGINT ignored, and the command would inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("phase", ["lock:1", "journal:2", "stage:1", "verify:1", "swap:1", "swap:2", "cleanup:1",
                                    "cleanup:2"])
 def test_a_ctrl_c_during_an_output_run_says_how_to_resume_it_never_in_place(fresh, tmp_path, phase) -> None:
@@ -375,7 +381,7 @@ def test_a_ctrl_c_during_an_output_run_says_how_to_resume_it_never_in_place(fres
     out = tmp_path / "out"
     before = file_digests(src)
     proc = cli("migrate", str(src), "--to", "layout-2", "--output", str(out), "--json",
-               env={"CLEF_FORMAT_CRASH_AT": f"{phase}:INT"})
+               env={"CLEF_FORMAT_CRASH_AT": f"{phase}:INT"}, preexec_fn=_sigint_as_from_a_shell)
     assert proc.returncode == 2, proc.stderr
     fix = json.loads(proc.stdout)["findings"][0]["fix"]
     assert f"clef-format migrate {src} resumes" not in fix, fix
@@ -397,7 +403,8 @@ def test_a_ctrl_c_during_an_output_run_says_how_to_resume_it_never_in_place(fres
 
 def test_a_ctrl_c_during_an_in_place_run_says_to_rerun_it_in_place(fresh) -> None:
     src = fresh("layout-1")
-    proc = cli("migrate", str(src), "--to", "layout-2", "--json", env={"CLEF_FORMAT_CRASH_AT": "swap:1:INT"})
+    proc = cli("migrate", str(src), "--to", "layout-2", "--json", env={"CLEF_FORMAT_CRASH_AT": "swap:1:INT"},
+               preexec_fn=_sigint_as_from_a_shell)
     assert proc.returncode == 2
     assert json.loads(proc.stdout)["findings"][0]["fix"] == (
         f"clef-format migrate {src} resumes the interrupted run; add --abort to roll it back instead")
