@@ -23,10 +23,20 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def timed(cmd: list[str]) -> float:
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> float:
     t = time.perf_counter()
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=False)
     return time.perf_counter() - t
+
+
+def print_table(times: dict[str, list[float]], base: str = "python -c 'import json'") -> None:
+    """Medians and their ratios to ``base``, as the RESULTS.md table."""
+    ref = statistics.median(times[base])
+    print(f"| command | median ms | ratio to `{base}` |")
+    print("|---|---|---|")
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        print(f"| `{name}` | {med * 1000:.1f} | {med / ref:.2f}x |")
 
 
 def main() -> None:
@@ -61,12 +71,7 @@ def main() -> None:
         for _ in range(args.runs):
             for name, cmd in cmds.items():
                 times[name].append(timed(cmd))
-    base = statistics.median(times["python -c 'import json'"])
-    print("| command | median ms | ratio to `python -c 'import json'` |")
-    print("|---|---|---|")
-    for name, ts in times.items():
-        med = statistics.median(ts)
-        print(f"| `{name}` | {med * 1000:.1f} | {med / base:.2f}x |")
+    print_table(times)
 
 
 if __name__ == "__main__":

@@ -14,15 +14,15 @@ from __future__ import annotations
 import argparse
 import compileall
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_verify import print_table, timed  # noqa: E402  (one timer and one table for both benchmarks)
 
 
 def main() -> None:
@@ -43,16 +43,10 @@ def main() -> None:
         times: dict[str, list[float]] = {k: [] for k in cmds}
         for i in range(args.runs + 3):
             for key, (tree, cmd) in cmds.items():
-                env = dict(os.environ, **({"PYTHONPATH": tree} if tree else {}))
-                t = time.perf_counter()
-                subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=False)
+                took = timed(cmd, dict(os.environ, **({"PYTHONPATH": tree} if tree else {})))
                 if i >= 3:  # three warm-ups
-                    times[key].append(time.perf_counter() - t)
-    base = statistics.median(times["python -c 'import json'"])
-    print("| command | median ms | ratio to `python -c 'import json'` |\n|---|---|---|")
-    for key, ts in times.items():
-        m = statistics.median(ts)
-        print(f"| `{key}` | {m * 1000:.1f} | {m / base:.2f}x |")
+                    times[key].append(took)
+    print_table(times)
 
 
 if __name__ == "__main__":

@@ -78,3 +78,16 @@ def verified(root: Path) -> tuple[str, bool, list[str]]:
 def siblings(root: Path) -> list[str]:
     """Leftovers of migrate beside the checkpoint (workspace, lock)."""
     return sorted(p.name for p in root.parent.iterdir() if ".clef-migrate" in p.name)
+
+
+def run_json(capsys: Any, *args: str) -> tuple[int, dict[str, Any]]:
+    """``clef-format migrate ARGS --json`` through the real CLI entry point, in-process (saves a torch
+    import per call): the exit status and its one JSON object (output captured before is dropped)."""
+    from clef_format.cli.main import main
+
+    capsys.readouterr()
+    try:
+        rc = main(["migrate", *args, "--json"])
+    except SystemExit as exc:
+        rc = int(exc.code or 0)
+    return rc, json.loads(capsys.readouterr().out)

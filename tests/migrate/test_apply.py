@@ -3,7 +3,6 @@ recovering does with it, the crash hook, the lock, the swap, deleting what migra
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import shutil
@@ -14,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from clef_format import migrations
-from clef_format.cli.main import main
 from clef_format.errors import Refused
 from clef_format.migrate import apply
 from clef_format.migrate.apply import (
@@ -37,7 +35,7 @@ from clef_format.migrate.apply import (
 )
 from clef_format.read.checkpoint import read_checkpoint
 from clef_format.spec import layouts as L
-from tests.migrate.helpers import file_digests, siblings, verified
+from tests.migrate.helpers import file_digests, run_json, siblings, verified
 
 REVISION = "0001_int8_tables"
 
@@ -63,14 +61,6 @@ def crash_at(monkeypatch: pytest.MonkeyPatch):
     yield arm
     signal.signal(signal.SIGINT, old)
 
-
-def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:
-    capsys.readouterr()
-    try:
-        rc = main(["migrate", *args, "--json"])
-    except SystemExit as exc:
-        rc = int(exc.code or 0)
-    return rc, json.loads(capsys.readouterr().out)
 
 
 def journal_for(target: Target, phase: str, fp: dict, **extra: object) -> dict:

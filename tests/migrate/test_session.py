@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from clef_format.cli.main import main
 from clef_format.fixtures.hub_cache import build_hub_cache
 from clef_format.migrate.apply import Lock, make_target
 from clef_format.read.checkpoint import read_checkpoint
@@ -20,17 +19,8 @@ from clef_format.read.safetensors import read_header
 from clef_format.spec import layouts as L
 from clef_format.spec import tables_format as TF
 from clef_format.verify.run import verify_checkpoint
-from tests.migrate.helpers import backbone_digests, cli, file_digests, siblings, table_bytes, verified
+from tests.migrate.helpers import backbone_digests, cli, file_digests, run_json, siblings, table_bytes, verified
 
-
-def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:
-    """The real CLI entry point in-process (saves a torch import per call); stdout must be one JSON object."""
-    try:
-        rc = main(["migrate", *args, "--json"])
-    except SystemExit as exc:
-        rc = int(exc.code or 0)
-    out = capsys.readouterr().out
-    return rc, json.loads(out)
 
 
 def _index_total(root: Path) -> None:

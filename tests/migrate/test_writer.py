@@ -13,19 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from clef_format.cli.main import main
 from clef_format.migrate import writer
 from clef_format.read.safetensors import read_header
 from clef_format.spec import layouts as L
+from tests.migrate.helpers import run_json
 
-
-def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:
-    capsys.readouterr()
-    try:
-        rc = main(["migrate", *args, "--json"])
-    except SystemExit as exc:
-        rc = int(exc.code or 0)
-    return rc, json.loads(capsys.readouterr().out)
 
 
 @pytest.mark.parametrize("kernel_copy", [True, False])
