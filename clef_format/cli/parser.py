@@ -44,6 +44,19 @@ def _available() -> dict[str, tuple[str, str]]:
     return {name: spec for name, spec in COMMANDS.items() if find_spec(f"clef_format.cli.commands.{spec[0]}")}
 
 
+class _StoreOnce(argparse.Action):
+    """argparse's ``store``, refusing an option given twice with different values: argparse would keep
+    the last one silently (``--to layout-1 ... --to layout-2``), and the user meant one of them."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        given = namespace.__dict__.setdefault("_given", {})
+        if self.dest in given and given[self.dest] != values:
+            parser.error(f"{option_string} given twice ({given[self.dest]}, then {values}): give it once")
+        given[self.dest] = values
+        setattr(namespace, self.dest, values)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that raises ``UsageError`` instead of printing and exiting: the contract decides the output."""
 
@@ -60,5 +73,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     commands = {only: COMMANDS[only]} if only in COMMANDS else _available()
     for name, (module, help_text) in commands.items():
         p = sub.add_parser(name, help=help_text, description=help_text, formatter_class=_Formatter)
+        p.register("action", None, _StoreOnce)  # the default action ("store"): every option with a value
         import_module(f"clef_format.cli.commands.{module}").add_arguments(p)
     return parser

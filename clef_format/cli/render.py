@@ -36,14 +36,14 @@ def human_size(n: int) -> str:
     return f"{n} B"
 
 
-def render_report(report: Report, title: str | None = None) -> str:
+def render_report(report: Report, title: str | None = None, layout_text: str | None = None) -> str:
     d: dict[str, Any] = report.to_dict()
     errors = sum(f.severity == "error" for f in report.findings)
     warnings = sum(f.severity == "warning" for f in report.findings)
     verdict = style("OK", "green", True) if report.ok else style("BROKEN", "error", True)
     lines = [
         f"{style(title or report.command, bold=True)} {report.path}",
-        f"  layout   {style(report.layout, bold=True) if report.layout is not None else '- (no checkpoint there)'}",
+        f"  layout   {layout_text or (style(report.layout, bold=True) if report.layout is not None else '- (no checkpoint there)')}",
         f"  result   {verdict}  ({errors} error(s), {warnings} warning(s))",
     ]
     files = d.get("files") or {}
@@ -113,7 +113,12 @@ def _plan_lines(plan_dict: dict[str, Any]) -> list[str]:
 
 def render_migrate(report: Report) -> str:
     d = report.to_dict()
-    lines = [render_report(report)]
+    layout_text = None
+    if d.get("output") and d.get("result") and d.get("steps") and report.layout is not None:
+        # PATH was only read: its layout is the one it had; the new layout is the output's
+        layout_text = (f"{d.get('from')} (unchanged); the result in {d['result']} is "
+                       f"{style(report.layout, bold=True)}")
+    lines = [render_report(report, layout_text=layout_text)]
     if d.get("revision") is not None or d.get("pending"):
         lines.append(f"  revision {d.get('revision')}" + (f"   interrupted run pending: {d['pending']}" if d.get("pending") else ""))
     for note in d.get("recovered") or []:

@@ -138,6 +138,12 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
         report.extra["pending"] = f"{journal['revision']} {journal['direction']} ({journal['phase']})" if journal else None
         from clef_format.migrate import pending
 
+        from clef_format.verify.checks.layout import check_layout
+
+        report.findings.extend(check_layout(ck))  # what the layout means for serving, as verify says it
+        if journal is None and (os.path.lexists(target.ws) or os.path.lexists(target.lock_path)):
+            report.extra["message"] = (f"a migrate run left litter beside {display} ({pending.what(target, None)}): "
+                                       f"clef-format migrate {display} --abort removes it")
         outputs = pending.outputs_beside(target.source) if target.in_place else []
         if outputs:  # an --output run from this checkpoint, interrupted, with its workspace in the same folder
             report.extra["pending_outputs"] = [t.path for t, _ in outputs]

@@ -170,14 +170,54 @@ def test_a_crash_setting_that_names_no_crash_point_is_a_usage_error(fresh, value
 
 
 @pytest.mark.parametrize("flags", [["--abort", "--current"], ["--abort", "--to", "layout-2"],
-                                   ["--abort", "--to", "layout-1", "--dry-run"]])
-def test_abort_with_current_or_to_is_a_usage_error(fresh, capsys, flags: list[str]) -> None:
+                                   ["--abort", "--to", "layout-1", "--dry-run"], ["--current", "--to", "layout-2"],
+                                   ["--current", "--to", "layout-1", "--json"]])
+def test_contradicting_flags_are_a_usage_error(fresh, capsys, flags: list[str]) -> None:
     root = fresh("layout-1")
     before = file_digests(root)
     rc, out = run_json(capsys, str(root), *flags)
     (finding,) = out["findings"]
     assert rc == 2 and finding["code"] == "usage-error" and "contradict" in finding["message"] and finding["fix"]
     assert file_digests(root) == before and siblings(root) == []
+
+
+@pytest.mark.parametrize("flags", [["--to", "layout-1", "--to", "layout-2"], ["--to=layout-2", "--to", "layout-1"],
+                                   ["--output", "A", "--output", "B"], ["--to", "layout-2", "--dry-run", "--to=layout-1"]])
+def test_an_option_given_twice_with_different_values_is_a_usage_error(fresh, capsys, tmp_path: Path,
+                                                                      flags: list[str]) -> None:
+    """argparse keeps the last value silently; which one the user meant is not known: refuse, name both."""
+    root = fresh("layout-1")
+    before = file_digests(root)
+    outs = tmp_path / "outs"
+    outs.mkdir()
+    flags = [str(outs / f) if f in ("A", "B") else f for f in flags]
+    rc, out = run_json(capsys, str(root), *flags)
+    (finding,) = out["findings"]
+    assert rc == 2 and finding["code"] == "usage-error" and "given twice" in finding["message"], out
+    values = [f.split("=")[-1] for f in flags if not f.startswith("--") or "=" in f]
+    assert values[0] in finding["message"] and values[1] in finding["message"]
+    assert file_digests(root) == before and siblings(root) == [] and list(outs.iterdir()) == []
+
+
+def test_an_option_given_twice_with_the_same_value_is_that_value(fresh, capsys) -> None:
+    root = fresh("layout-1")
+    rc, out = run_json(capsys, str(root), "--to", "layout-1", "--to=layout-1", "--dry-run")
+    assert rc == 0 and out["to"] == "layout-1" and out["findings"] and not [
+        f for f in out["findings"] if f["severity"] == "error"], out
+
+
+@pytest.mark.parametrize("layout,codes,rc", [("layout-1", ["legacy-layout"], 0), ("layout-2", [], 0),
+                                             ("layout-2-unmarked", ["marker-missing"], 1)])
+def test_current_says_what_the_layout_means_as_verify_does(fresh, capsys, layout: str, codes: list[str],
+                                                           rc: int) -> None:
+    """``--current`` on layout-1 said "OK, 0 warnings" where verify warns legacy-layout; on the unmarked
+    layout, OK where verify says never serve it. Its findings are verify's layout findings."""
+    root = fresh(layout)
+    got, out = run_json(capsys, str(root), "--current")
+    assert [f["code"] for f in out["findings"]] == codes and got == rc, out
+    assert all(f["fix"] == f"clef-format migrate {root} --to layout-2" for f in out["findings"])
+    verify = verify_checkpoint(read_checkpoint(root), str(root))
+    assert {f.code for f in verify.findings if f.severity != "info"} == set(codes)
 
 
 def test_history_and_current(fresh, capsys) -> None:
@@ -347,6 +387,22 @@ def test_output_shares_no_inode_with_the_source(fresh, tmp_path, capsys) -> None
         fh.seek(-1, 2)
         fh.write(b"\x00")
     assert backbone_digests(root) == before
+
+
+def test_an_output_runs_text_report_says_the_source_kept_its_layout(fresh, tmp_path, capsys) -> None:
+    """The header said ``migrate SRC / layout layout-2`` after an --output run, where SRC is still layout-1."""
+    from clef_format.cli.main import main
+
+    root, dest = fresh("layout-1"), tmp_path / "migrated"
+    assert main(["migrate", str(root), "--output", str(dest)]) == 0
+    header = capsys.readouterr().out.splitlines()[:2]
+    assert header == [f"migrate {root}", f"  layout   layout-1 (unchanged); the result in {dest} is layout-2"]
+    assert main(["migrate", str(root), "--to", "layout-2", "--output", str(tmp_path / "planned"), "--dry-run"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == "  layout   layout-1"
+    assert main(["migrate", str(dest), "--output", str(tmp_path / "again")]) == 0  # nothing to do, nothing written
+    assert capsys.readouterr().out.splitlines()[1] == "  layout   layout-2"
+    assert main(["migrate", str(root)]) == 0  # in place: PATH is now at the new layout
+    assert capsys.readouterr().out.splitlines()[1] == "  layout   layout-2"
 
 
 def test_output_in_a_missing_folder_is_a_usage_error(fresh, tmp_path, capsys) -> None:

@@ -54,6 +54,30 @@ def test_sigkill_then_rerun_finishes(fresh, capsys, phase: str, n: int) -> None:
     assert siblings(root) == []
 
 
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_a_run_killed_in_cleanup_is_named_by_current_and_following_it_leaves_nothing(fresh, capsys, n: int) -> None:
+    """Killed in its cleanup steps, a finished run leaves its workspace and lock. With its journal still
+    there, ``--current`` shows it pending; after the journal is gone (cleanup:3) it said nothing of
+    them. Now it names them and the command that removes them; following it leaves nothing."""
+    root = fresh("layout-1")
+    proc = cli("migrate", str(root), "--json", env={"CLEF_FORMAT_CRASH_AT": f"cleanup:{n}"})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    assert siblings(root) == [f".{root.name}.clef-migrate", f".{root.name}.clef-migrate.lock"]
+    assert main(["migrate", str(root), "--current", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    if n < 3:
+        assert out["pending"] == "0001_int8_tables upgrade (swapped)" and "message" not in out, out
+        fix = f"clef-format migrate {root}"
+    else:
+        assert out["pending"] is None, out
+        fix = out["message"].rsplit(": ", 1)[1]
+        assert fix == f"clef-format migrate {root} --abort removes it", out
+        fix = fix.removesuffix(" removes it")
+    assert main(fix.split()[1:] + ["--json"]) == 0
+    capsys.readouterr()
+    assert siblings(root) == [] and verified(root)[:2] == ("layout-2", True)
+
+
 @pytest.mark.parametrize("phase,n", [("stage", 2), ("swap", 2)])
 def test_sigkill_sharded_downgrade(fresh, capsys, phase: str, n: int) -> None:
     root = fresh("layout-1", shards=3)

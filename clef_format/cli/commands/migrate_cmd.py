@@ -46,6 +46,10 @@ def run(args: argparse.Namespace) -> int:
         why = "--current only reports, --abort rolls back" if args.current else \
             "--abort only rolls back an interrupted run, it migrates nowhere"
         raise UsageError(f"--abort and {other} contradict each other: {why}", fix=fix)
+    if args.current and args.to is not None:
+        raise UsageError(f"--current and --to {args.to} contradict each other: --current only reports the layout, "
+                         "--to migrates", fix=f"clef-format migrate {args.path} --current, then clef-format migrate "
+                                              f"{args.path} --to {args.to}")
     from clef_format.cli.progress import TerminalProgress
     from clef_format.migrate.session import Options, migrate_path
 
