@@ -233,11 +233,13 @@ def write_journal(target: Target, journal: dict[str, Any]) -> None:
 
 
 def fingerprint(ck: Checkpoint) -> dict[str, list[int]]:
-    """The source's state: size and mtime of every file; a journal only resumes on the same state."""
+    """The source's state: size, mtime and inode of every file; a journal only resumes on the same
+    state. The inode tells a file replaced by another of the same size and mtime (a re-download or
+    copy that keeps times, renamed into place); an edit in place that restores the mtime is not seen."""
     out = {}
     for rel in sorted(ck.files):
         st = os.stat(ck.path(rel))
-        out[rel] = [st.st_size, st.st_mtime_ns]
+        out[rel] = [st.st_size, st.st_mtime_ns, st.st_ino]
     return out
 
 

@@ -110,6 +110,27 @@ def test_an_interrupted_staging_resumes_silently_or_rolls_back_naming_the_step(f
     assert file_digests(root) == before and os.path.isdir(target.new)  # nothing swapped in, the staging kept
 
 
+def test_a_source_file_replaced_with_its_size_and_mtime_kept_is_a_changed_source(fresh) -> None:
+    """Size and mtime alone passed a file swapped for another (same size, times copied, renamed into
+    place): a staged tree of the old content would have been swapped in, a staging resumed on it."""
+    root = fresh("layout-1")
+    target = make_target(str(root), None)
+    before = fingerprint(read_checkpoint(root))
+    journal_for(target, "staged", before)
+    os.makedirs(target.new)
+    victim = root / L.HEAD_CONFIG
+    other = root.parent / "replacement.tmp"
+    data = victim.read_bytes()
+    other.write_bytes(data.replace(b"{", b"{ ", 1)[:len(data)])  # same size, other bytes
+    shutil.copystat(victim, other)
+    os.replace(other, victim)
+    ck = read_checkpoint(root)
+    assert fingerprint(ck) != before  # what a staging's resume compares
+    assert _decide(target, ck, abort=False)[0] == "remove"
+    assert pending_recovery(target, ck) == (f"rolled back the interrupted migration {REVISION} upgrade: "
+                                            "the checkpoint changed since")
+
+
 def _exchanged(fresh, built, tmp: Path) -> tuple[Path, Target, dict]:
     """In place, killed right after the exchange: T holds the new tree, ws/new the original one, and the
     journal still says staged (its new_ino is the inode now at T)."""
