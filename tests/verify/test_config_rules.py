@@ -116,6 +116,24 @@ def test_config_rule_reports_the_key_and_its_fix_works(fresh, name, build, rel, 
     assert bool(SET_FIX.search(hits[0].fix)) == edit_fix, hits[0].fix  # an edit exactly where one value is known
 
 
+CONFIG_CASES = [c for c in CASES if c[2] == L.CONFIG]
+
+
+@pytest.mark.parametrize("name, build, rel, edit, code, key, edit_fix", CONFIG_CASES, ids=[c[0] for c in CONFIG_CASES])
+def test_layers_reports_the_config_errors_verify_reports(fresh, name, build, rel, edit, code, key, edit_fix):
+    """``layers`` showed a table of schemes for a config.json vLLM or transformers refuses, with OK."""
+    from clef_format.verify.layers import layers_report
+
+    root = broken(fresh, build, rel, edit)
+    config_codes = ("config-invalid", "quant-config-invalid")
+
+    def errors(report) -> set[tuple[str, str]]:
+        return {(f.code, f.message) for f in report.findings if f.code in config_codes and f.severity == "error"}
+
+    layers = layers_report(str(root))
+    assert not layers.ok and errors(layers) == errors(verify(str(root))) and findings_for(layers, code, key)
+
+
 @pytest.mark.parametrize("build", ["nvfp4", "fp8", "hybrid", "mixed", "bf16"])
 def test_published_builds_meet_every_config_rule(fresh, build):
     root = fresh("layout-2", build, num_layers=4)
