@@ -15,10 +15,13 @@ import random
 from pathlib import Path
 
 
-def sample(root: Path, per_module: int, seed: int, include_run: bool = False) -> list[str]:
+def sample(root: Path, per_module: int, seed: int, include_run: bool = False,
+           only: list[str] | None = None) -> list[str]:
     rng = random.Random(seed)
     out: list[str] = []
     for meta in sorted(root.glob("**/*.py.meta")):
+        if only and not any(meta.as_posix().endswith(f"/{m}.meta") for m in only):
+            continue
         codes = json.loads(meta.read_text())["exit_code_by_key"]
         names = sorted(n for n, code in codes.items() if include_run or code is None)
         out += sorted(rng.sample(names, min(per_module, len(names))))
@@ -30,8 +33,11 @@ def main() -> None:
     ap.add_argument("-n", "--per-module", type=int, default=40)
     ap.add_argument("--seed", type=int, default=20261201)
     ap.add_argument("--include-run", action="store_true", help="sample among the mutants already run too")
+    ap.add_argument("--only", action="append", metavar="MODULE",
+                    help="only this mutated module, as its path under clef_format/ (spec/model_spec.py); repeatable")
     args = ap.parse_args()
-    print("\n".join(sample(Path("mutants"), args.per_module, args.seed, args.include_run)))
+    only = [f"clef_format/{m}" for m in args.only or []]
+    print("\n".join(sample(Path("mutants"), args.per_module, args.seed, args.include_run, only)))
 
 
 if __name__ == "__main__":
