@@ -237,3 +237,49 @@ def test_whitespace_before_the_header_object_is_judged_like_safetensors(tmp_path
     else:
         with pytest.raises(HeaderError):
             read_header(path)
+
+
+@pytest.mark.parametrize("shape, offsets", [("[0]", "[0,0]"), ("[4,0]", "[0,0]"), ("[0,3]", "[0,0]")])
+def test_an_empty_tensor_is_valid_like_safetensors(tmp_path, shape: str, offsets: str) -> None:
+    """A dimension of 0 is an empty tensor (0 bytes), which safetensors writes and reads."""
+    path = _raw_file(tmp_path, '{"e":{"dtype":"F32","shape":' + shape + ',"data_offsets":' + offsets + '},'
+                     '"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}', 8)
+    assert safe_open_accepts(path)
+    header = read_header(path)
+    assert header.tensors["e"] == ("F32", tuple(json.loads(shape)), 0, 0)
+    assert header.tensors["w"] == ("F32", (2,), 0, 8)
+
+
+@pytest.mark.parametrize("entry, data_len, reason, message", [
+    ('{"dtype":"F128","shape":[2],"data_offsets":[0,8]}', 8, "bad-dtype", "tensor 'w' has unknown dtype 'F128'"),
+    ('{"dtype":"f32","shape":[2],"data_offsets":[0,8]}', 8, "bad-dtype", "tensor 'w' has unknown dtype 'f32'"),
+    ('{"shape":[2],"data_offsets":[0,8]}', 8, "bad-dtype", "tensor 'w' has unknown dtype None"),
+    ('{"dtype":"F32","shape":[-1],"data_offsets":[0,8]}', 8, "bad-shape", "tensor 'w' has an invalid shape [-1]"),
+    ('{"dtype":"F32","shape":[2.0],"data_offsets":[0,8]}', 8, "bad-shape", "tensor 'w' has an invalid shape [2.0]"),
+    ('{"dtype":"F32","shape":2,"data_offsets":[0,8]}', 8, "bad-shape", "tensor 'w' has an invalid shape 2"),
+    ('{"dtype":"F32","shape":[2],"data_offsets":[8,0]}', 8, "bad-offsets", "tensor 'w' ends before it begins (8, 0)"),
+])
+def test_bad_dtype_shape_and_reversed_offsets_name_the_reason_and_tensor(tmp_path, entry: str, data_len: int,
+                                                                         reason: str, message: str) -> None:
+    path = _raw_file(tmp_path, '{"w":' + entry + '}', data_len)
+    assert not safe_open_accepts(path)
+    with pytest.raises(HeaderError) as exc:
+        read_header(path)
+    assert (exc.value.reason, str(exc.value)) == (reason, message)
+
+
+@pytest.mark.parametrize("header_text, data_len, reason, message", [
+    ("[]", 0, "not-json", "header does not start with '{'"),
+    (' "w"', 0, "not-json", "header does not start with '{'"),
+    ('{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}', 12, "trailing-bytes",
+     "data buffer holds 12 bytes but the tensors cover 8"),
+    ('{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}', 5, "truncated",
+     "data buffer holds 5 bytes but the tensors cover 8 (file truncated?)"),
+])
+def test_a_header_that_is_no_object_or_a_buffer_of_the_wrong_size_says_so(tmp_path, header_text: str, data_len: int,
+                                                                          reason: str, message: str) -> None:
+    path = _raw_file(tmp_path, header_text, data_len)
+    assert not safe_open_accepts(path)
+    with pytest.raises(HeaderError) as exc:
+        read_header(path)
+    assert (exc.value.reason, str(exc.value)) == (reason, message)
