@@ -228,6 +228,9 @@ def test_the_table_lists_each_field_the_classes_declare_themselves() -> None:
     (("text_config.max_position_embeddings", "32768"), "text_config.max_position_embeddings",
      'set "text_config.max_position_embeddings": 32768 in config.json'),
     (("text_config.use_cache", "yes"), "text_config.use_cache", "set text_config.use_cache to true or false"),
+    (("text_config.use_cache", 0), "text_config.use_cache", 'set "text_config.use_cache": false in config.json'),
+    (("text_config.use_cache", 1), "text_config.use_cache", 'set "text_config.use_cache": true in config.json'),
+    (("text_config.use_cache", 2), "text_config.use_cache", "set text_config.use_cache to true or false"),
 ])
 def test_the_reported_hostile_values_are_config_invalid_with_their_fix(fresh, edit, key: str, fix: str) -> None:
     """The values of the report (exit 0 before): each a config-invalid error naming the key, in verify
@@ -254,3 +257,40 @@ def test_a_valid_value_of_each_declared_type_is_accepted() -> None:
     assert T.accepts(("bool",), False) and not T.accepts(("bool",), 0) and not T.accepts(("bool",), "false")
     assert T.accepts(("int", "list[int]", "null"), [1, 2]) and not T.accepts(("int", "list[int]"), [1, True])
     assert T.accepts(("list[str]", "null"), None) and not T.accepts(("list[str]",), ["a", 1])
+
+
+def test_a_number_written_for_a_bool_or_float_is_repaired_only_where_one_value_means_it() -> None:
+    """0 and 1 are false and true; any other integer is no boolean. An integer is the float it equals."""
+    assert T.repaired(("bool",), 0) == (True, False)
+    assert T.repaired(("bool",), 1) == (True, True)
+    assert T.repaired(("bool",), 2) == (False, None)
+    assert T.repaired(("float",), 0) == (True, 0.0)
+    assert T.repaired(("int",), 4.0) == (True, 4)
+    assert T.repaired(("float",), "1e-6") == (True, 1e-06)
+
+
+@pytest.mark.parametrize("value, text", [
+    ("1e-6", '"1e-6" (a string)'),
+    (0, "0 (an integer)"),
+    (True, "true (a boolean)"),
+    (None, "null (null)"),
+    ([1, 2], "[1, 2] (a list)"),
+    ({"a": 1}, '{"a": 1} (an object)'),
+    ("x" * 58, '"' + "x" * 58 + '" (a string)'),  # 60 characters as JSON: shown whole
+    ("x" * 59, '"' + "x" * 56 + '... (a string)'),  # 61: cut to 57 and an ellipsis
+    (list(range(30)), json.dumps(list(range(30)))[:57] + "... (a list)"),
+])
+def test_a_refused_value_is_shown_as_json_with_its_type_and_a_long_one_is_cut(value, text: str) -> None:
+    assert T.got(value) == text
+    assert len(T.got(value).split(" (")[0]) <= 60
+
+
+def test_the_type_finding_message_shows_the_value_and_its_type(fresh) -> None:
+    root = fresh("layout-2", "hybrid", num_layers=4)
+    cfg = json.loads((root / L.CONFIG).read_text())
+    cfg["text_config"]["rms_norm_eps"] = "1e-6"
+    (root / L.CONFIG).write_text(json.dumps(cfg))
+    hits = [f for f in verify(str(root)).findings if f.code == "config-invalid" and "rms_norm_eps" in f.message]
+    assert len(hits) == 1
+    assert hits[0].message.startswith('text_config.rms_norm_eps is "1e-6" (a string), but transformers\' '
+                                      "Qwen3_5TextConfig accepts only a float")
