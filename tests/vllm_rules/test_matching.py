@@ -316,3 +316,30 @@ def test_each_version_row_turns_exactly_at_its_version(row: str) -> None:
     assert old != new, f"the case for {row} does not tell the versions apart"
     for minor in range(28, 34):
         assert at(f"0.{minor}") == (old if minor < ROW_FIRST_VERSION[row] else new), f"{row} on vLLM 0.{minor}"
+
+
+def test_fp8_with_static_per_tensor_input_is_w8a8_and_other_static_inputs_are_not() -> None:
+    """vLLM's ``_is_fp8_w8a8``: a dynamic input, or a static symmetric per-tensor one (the FP8 preset);
+    a static per-channel input is not W8A8 and leaves the static FP8 weights to W8A16."""
+    d = decide(MM, [("FP8", ["Linear"])], top="float-quantized")
+    assert d["language_model.model.layers.0.mlp.down_proj"].scheme == FP8
+    qc = R.parse_quant_config(quant_dict([("FP8", ["Linear"], None)], [], "float-quantized"))
+    e = qc.targets["Linear"]
+    assert e.input is not None and (e.input.strategy, e.input.dynamic, e.input.symmetric) == ("tensor", False, True)
+    assert R.classify(e, qc.format) == FP8
+    channel_in = e.input._replace(strategy="channel")
+    assert R.classify(e._replace(input=channel_in), qc.format) == R.FP8_W8A16
+    asym_in = e.input._replace(symmetric=False)
+    assert R.classify(e._replace(input=asym_in), qc.format) == R.FP8_W8A16
+
+
+def test_hf_module_matched_by_class_only_takes_the_class_target() -> None:
+    """compressed-tensors' ``match_targets``: when no name or regex matches the module, the class target
+    decides, never another group's target that only sorts before it."""
+    qc = R.parse_quant_config(quant_dict([("NVFP4", ["Linear"], "nvfp4-pack-quantized"),
+                                          ("FP8_DYNAMIC", ["Embedding", "re:.*lm_head$"], "float-quantized")],
+                                         [], "mixed-precision"))
+    d = R.resolve_hf_module("model.language_model.layers.0.mlp.down_proj", qc)
+    assert (d.scheme, d.target, d.group) == (NVFP4, "Linear", "group_0")
+    d = R.resolve_hf_module("lm_head", qc)
+    assert (d.scheme, d.target, d.group) == (FP8, "re:.*lm_head$", "group_1")  # a regex on the name wins over a class
