@@ -41,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in args_in if not a.startswith("-")), None)
     command = first if first in COMMANDS else None
-    as_json = "--json" in args_in
+    as_json = any(a == "--json" or a.startswith("--json=") for a in args_in)  # --json=1 is a usage error, in JSON
     path = _path_arg(args_in, command)
     sigint = None
     thresholds = gc.get_threshold()

@@ -65,14 +65,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    parser = _Parser(prog="clef-format", description=DESCRIPTION, formatter_class=_Formatter)
+    # no abbreviations: `--js` would be --json to argparse but not to the contract's own check of argv
+    parser = _Parser(prog="clef-format", description=DESCRIPTION, formatter_class=_Formatter, allow_abbrev=False)
     from clef_format import __version__
 
     parser.add_argument("--version", action="version", version=f"clef-format {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands = {only: COMMANDS[only]} if only in COMMANDS else _available()
     for name, (module, help_text) in commands.items():
-        p = sub.add_parser(name, help=help_text, description=help_text, formatter_class=_Formatter)
+        p = sub.add_parser(name, help=help_text, description=help_text, formatter_class=_Formatter, allow_abbrev=False)
         p.register("action", None, _StoreOnce)  # the default action ("store"): every option with a value
         import_module(f"clef_format.cli.commands.{module}").add_arguments(p)
     return parser

@@ -114,7 +114,7 @@ def _plan_lines(plan_dict: dict[str, Any]) -> list[str]:
 def render_migrate(report: Report) -> str:
     d = report.to_dict()
     layout_text = None
-    if d.get("output") and d.get("result") and d.get("steps") and report.layout is not None:
+    if d.get("output") and d.get("result") and report.layout is not None and report.layout != d.get("from"):
         # PATH was only read: its layout is the one it had; the new layout is the output's
         layout_text = (f"{d.get('from')} (unchanged); the result in {d['result']} is "
                        f"{style(report.layout, bold=True)}")

@@ -100,11 +100,11 @@ class Target:
 
     @property
     def ws(self) -> str:
-        return os.path.join(self.parent, f".{os.path.basename(self.path)}.clef-migrate")
+        return os.path.join(self.parent, f".{os.path.basename(self.path)}{_WS_SUFFIX}")
 
     @property
     def lock_path(self) -> str:
-        return self.ws + ".lock"
+        return os.path.join(self.parent, f".{os.path.basename(self.path)}{_LOCK_SUFFIX}")
 
     @property
     def journal_path(self) -> str:
@@ -117,6 +117,35 @@ class Target:
     @property
     def old(self) -> str:
         return os.path.join(self.ws, "old")
+
+
+_WS_SUFFIX, _LOCK_SUFFIX = ".clef-migrate", ".clef-migrate.lock"
+
+
+def workspace_owner(name: str) -> str | None:
+    """The target name whose workspace or lock ``name`` is (``.T.clef-migrate[.lock]`` -> ``T``), else None.
+    The one home of the naming rule: such a name is migrate's, never a place for a user's folder."""
+    for suffix in (_LOCK_SUFFIX, _WS_SUFFIX):
+        if name.startswith(".") and name.endswith(suffix) and len(name) > len(suffix) + 1:
+            return name[1:-len(suffix)]
+    return None
+
+
+def foreign_entries(ws: str) -> list[str]:
+    """What a workspace without a journal holds that migrate cannot have left there. A run leaves a
+    journal-less workspace only before its journal is first written (an empty ``new/``, a partial
+    ``journal.json.tmp``) or after the cleanup removed the journal (empty): anything else is someone's
+    data (an ``--output`` given that name, a user's copy) and is never deleted as litter."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(ws, onerror=None):
+        for name in filenames:
+            rel = os.path.relpath(os.path.join(dirpath, name), ws)
+            if rel != "journal.json.tmp":
+                out.append(rel)
+        for name in dirnames:
+            if os.path.islink(os.path.join(dirpath, name)):
+                out.append(os.path.relpath(os.path.join(dirpath, name), ws))
+    return sorted(out)
 
 
 def make_target(source: str, output: str | None) -> Target:
@@ -154,6 +183,10 @@ class Lock:
             try:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as exc:
+                if os.path.isdir(path) or os.path.islink(path):
+                    raise Refused("migrate-refused", f"cannot create the lock {path}: a {'directory' if os.path.isdir(path) else 'symlink'} "
+                                                     "has the name migrate keeps for its lock; nothing was written",
+                                  f"move {path} away (it may be your data), then run clef-format migrate again") from None
                 raise Refused("migrate-refused", f"cannot create the lock {path}: {exc.strerror}",
                               "the directory (or its parent) is read-only: use --output DIR on a writable disk") from None
             try:
@@ -387,8 +420,15 @@ def _cleanup_or_say(target: Target) -> None:
                                            "rerun clef-format migrate to finish the cleanup") from None
 
 
-def _decide(target: Target, source_ck: Checkpoint | None, abort: bool) -> tuple[str, str, dict[str, Any] | None] | None:
+#: ``wanted`` when the caller does not say which step it is about to run (it resumes any staging).
+ANY_STEP = ("*", "*")
+
+
+def _decide(target: Target, source_ck: Checkpoint | None, abort: bool, wanted: tuple[str, str] | None = ANY_STEP
+            ) -> tuple[str, str, dict[str, Any] | None] | None:
     """What ``recover`` will do about an interrupted run: (action, what it says, journal), or None.
+    ``wanted``: the (revision, direction) this run is about to stage, None when it has nothing to do: a
+    staging of another step, or of a source that changed since, is rolled back, never "resumed".
 
     Pure (it only reads): ``--dry-run`` reports the same decision that a real run carries out.
     """
@@ -396,6 +436,13 @@ def _decide(target: Target, source_ck: Checkpoint | None, abort: bool) -> tuple[
         return None
     journal = read_journal(target)
     if journal is None:
+        foreign = foreign_entries(target.ws) if os.path.isdir(target.ws) and not os.path.islink(target.ws) else ["."]
+        if foreign:
+            shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+            raise Refused("migrate-refused", f"{target.ws} is where migrate keeps its workspace, but it holds what no "
+                                             f"migrate run leaves there ({shown}) and no journal: nothing was changed "
+                                             "or removed", f"move {target.ws} away (it may be your data), then run "
+                                                           "clef-format migrate again")
         return "remove", "removed an interrupted run's workspace (it held no journal, so nothing in it was needed)", None
     phase = journal.get("phase")
     what = f"{journal.get('revision')} {journal.get('direction')}"
@@ -423,14 +470,20 @@ def _decide(target: Target, source_ck: Checkpoint | None, abort: bool) -> tuple[
         return "remove", f"rolled back the interrupted migration {what}; the checkpoint was never changed", journal
     if phase == "staged" and source_ck is not None and journal.get("fingerprint") == fingerprint(source_ck):
         return "swap", f"finished the interrupted migration {what} (its new tree was complete and verified)", journal
+    if phase == "staging" and source_ck is not None and journal.get("fingerprint") != fingerprint(source_ck):
+        return "remove", f"rolled back the interrupted migration {what}: the checkpoint changed since", journal
+    if phase == "staging" and wanted != ANY_STEP and wanted != (journal.get("revision"), journal.get("direction")):
+        now = "has nothing to do" if wanted is None else f"runs {wanted[0]} {wanted[1]}"
+        return "remove", f"rolled back the interrupted migration {what}: this run {now}, so none of it was needed", journal
     if phase == "staging":
         return "resume", f"resuming the interrupted migration {what}", journal
     return "remove", f"rolled back the interrupted migration {what}: the checkpoint changed since", journal
 
 
-def pending_recovery(target: Target, source_ck: Checkpoint | None, abort: bool = False) -> str | None:
+def pending_recovery(target: Target, source_ck: Checkpoint | None, abort: bool = False,
+                     wanted: tuple[str, str] | None = ANY_STEP) -> str | None:
     """What the next run (with ``abort``) will do about an interrupted one, said before doing it."""
-    decided = _decide(target, source_ck, abort)
+    decided = _decide(target, source_ck, abort, wanted)
     return None if decided is None or decided[0] == "resume" else decided[1]
 
 
@@ -453,9 +506,10 @@ def _unswap(target: Target) -> None:
     fsutil.fsync_dir(target.parent)
 
 
-def recover(target: Target, source_ck: Checkpoint | None, abort: bool = False) -> str | None:
+def recover(target: Target, source_ck: Checkpoint | None, abort: bool = False,
+            wanted: tuple[str, str] | None = ANY_STEP) -> str | None:
     """Deal with an interrupted run before anything else (the lock is held). Returns what was done."""
-    decided = _decide(target, source_ck, abort)
+    decided = _decide(target, source_ck, abort, wanted)
     if decided is None:
         return None
     action, note, journal = decided

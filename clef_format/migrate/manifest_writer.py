@@ -82,8 +82,13 @@ def make_manifest(path: str, force: bool = False, progress: Progress | None = No
 def rewrite_manifest(source: Any, new_root: str, changed: set[str], always: bool = False) -> str | None:
     """The manifest of a tree migrate staged at ``new_root`` from ``source`` (a read Checkpoint): entries
     of unchanged files are kept from the source's manifest, changed or unlisted files are hashed.
-    Written when the source had a manifest (or ``always``); returns its path, or ``None``."""
+    Written when the source had a manifest (or ``always``); returns its path, or ``None``.
+
+    A manifest is checked before any other reference, so it never lists an unchanged file that keeps
+    its own download metadata: hashing that file now would vouch for whatever bytes it holds (a
+    download corrupted in transit would pass ``verify --deep`` from then on)."""
     from clef_format.read.checkpoint import read_checkpoint
+    from clef_format.read.hf_cache import local_dir_etag
     from clef_format.read.manifest import read_manifest
 
     old, _ = read_manifest(source)
@@ -97,6 +102,8 @@ def rewrite_manifest(source: Any, new_root: str, changed: set[str], always: bool
         entry = (old or {}).get(rel)
         if entry is not None and rel not in changed and entry.size == size:
             digests[rel] = entry.digest
+        elif entry is None and rel not in changed and local_dir_etag(new_root, rel):
+            continue  # checked against what was downloaded, not against itself
         else:
             tasks.append(HashTask(rel, new.path(rel), ALGORITHM, size))
     for r in hash_many(tasks):

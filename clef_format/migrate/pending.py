@@ -13,7 +13,16 @@ import os
 from typing import Any
 
 from clef_format.errors import PathNotFound, Refused
-from clef_format.migrate.apply import Lock, Target, make_target, pending_recovery, read_journal, recover
+from clef_format.migrate.apply import (
+    Lock,
+    Target,
+    foreign_entries,
+    make_target,
+    pending_recovery,
+    read_journal,
+    recover,
+    workspace_owner,
+)
 from clef_format.read.checkpoint import read_checkpoint
 from clef_format.report import Report, ReportDraft
 from clef_format.spec.findings import error, info
@@ -44,8 +53,9 @@ def outputs_beside(source: str) -> list[tuple[Target, Journal]]:
     except OSError:
         return []
     for name in names:
-        if name.startswith(".") and name.endswith(".clef-migrate") and len(name) > len("..clef-migrate"):
-            found = interrupted_at(os.path.join(parent, name[1:-len(".clef-migrate")]))
+        owner = workspace_owner(name)
+        if owner is not None and not name.endswith(".lock"):
+            found = interrupted_at(os.path.join(parent, owner))
             if found and found[1] and found[1].get("source") == source and found[1].get("in_place") is False:
                 out.append((found[0], found[1]))
     return out
@@ -56,8 +66,21 @@ def what(target: Target, journal: Journal | None) -> str:
     if journal is None:
         if not os.path.lexists(target.ws):
             return f"only its lock {target.lock_path} is left"
+        foreign = foreign_entries(target.ws) if os.path.isdir(target.ws) else ["."]
+        if foreign:
+            return (f"{target.ws} holds no journal but holds what no migrate run leaves there "
+                    f"({', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''})")
         return "its workspace holds no journal: nothing in it was needed"
     return f"{journal.get('revision')} {journal.get('direction')} from {journal.get('source')}, {journal.get('phase')}"
+
+
+def litter_message(target: Target, display: str) -> str:
+    """``--current`` about a workspace or lock with no journal: migrate's litter, or someone's folder."""
+    foreign = os.path.lexists(target.ws) and (not os.path.isdir(target.ws) or bool(foreign_entries(target.ws)))
+    if foreign:
+        return (f"{what(target, None)}: migrate refuses to run on {display} until it is moved away "
+                "(it may be your data); nothing removes it for you")
+    return f"a migrate run left litter beside {display} ({what(target, None)}): clef-format migrate {display} --abort removes it"
 
 
 def resume_fix(target: Target, journal: Journal | None, display: str) -> str:
@@ -65,7 +88,11 @@ def resume_fix(target: Target, journal: Journal | None, display: str) -> str:
     if journal is not None and journal.get("in_place"):  # killed between the two renames of a fallback swap
         return f"clef-format migrate {display} --abort puts the original tree back (it is complete in {target.ws})"
     back = f"clef-format migrate {display} --abort rolls it back"
-    if journal is None or not isinstance(journal.get("source"), str):
+    if journal is None:  # before its journal was first written, or after its cleanup removed it
+        done = os.path.isdir(target.path) and bool(os.listdir(target.path))
+        return (f"clef-format migrate {display} --abort removes what it left (nothing in it is needed); "
+                + (f"{display} holds the finished result" if done else "then run the migration again"))
+    if not isinstance(journal.get("source"), str):
         return f"{back}; then run the migration again"  # nothing of it can be resumed
     return f"clef-format migrate {journal['source']} --to {journal.get('to')} --output {display} resumes it; {back}"
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from clef_format.errors import CouldNotRun, NonFiniteRows, PathNotFound, Refused, UsageError
 from clef_format.migrate.apply import (
+    ANY_STEP,
     CleanupIncomplete,
     Lock,
     SwapFailed,
@@ -26,6 +27,7 @@ from clef_format.migrate.apply import (
     recover,
     run_plan,
     survey_source,
+    workspace_owner,
 )
 from clef_format.migrate.plan import Plan
 from clef_format.progress import Progress
@@ -76,6 +78,11 @@ def _check_output(target: Target, root: str) -> None:
     real_root = os.path.realpath(root)
     if inside(target.path, real_root):
         raise UsageError(f"--output {target.path} is inside the checkpoint", fix="pick a directory outside it")
+    owner = workspace_owner(os.path.basename(target.path))
+    if owner is not None:  # a later run on `owner` would take the folder for its own workspace or lock
+        raise UsageError(f"--output {target.path}: the name is the one migrate keeps for the workspace or lock of "
+                         f"{os.path.join(target.parent, owner)}", fix="pick an --output whose name does not start "
+                                                                      "with '.' and end in .clef-migrate[.lock]")
     if not os.path.isdir(target.parent):  # a usage slip, like a path that does not exist: exit 2
         raise UsageError(f"--output {target.path}: its parent folder {target.parent} does not exist",
                          fix=f"create {target.parent} first, or pick an --output in an existing folder")
@@ -141,9 +148,19 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
         from clef_format.verify.checks.layout import check_layout
 
         report.findings.extend(check_layout(ck))  # what the layout means for serving, as verify says it
+        if journal and journal.get("in_place") is False:  # PATH is the output of an interrupted --output run
+            report.extra["message"] = (f"an interrupted migrate into {display} waits ({pending.what(target, journal)}): "
+                                       f"{pending.resume_fix(target, journal, display)}")
+        elif journal:
+            from clef_format.migrate.apply import pending_recovery
+
+            will = pending_recovery(target, ck) or "resumes its staging"
+            back = pending_recovery(target, ck, abort=True)
+            report.extra["message"] = (f"an interrupted migrate waits ({pending.what(target, journal)}): clef-format "
+                                       f"migrate {display} --to {journal.get('to')}: {will}; clef-format migrate "
+                                       f"{display} --abort: {back}")
         if journal is None and (os.path.lexists(target.ws) or os.path.lexists(target.lock_path)):
-            report.extra["message"] = (f"a migrate run left litter beside {display} ({pending.what(target, None)}): "
-                                       f"clef-format migrate {display} --abort removes it")
+            report.extra["message"] = pending.litter_message(target, display)
         outputs = pending.outputs_beside(target.source) if target.in_place else []
         if outputs:  # an --output run from this checkpoint, interrupted, with its workspace in the same folder
             report.extra["pending_outputs"] = [t.path for t, _ in outputs]
@@ -165,7 +182,7 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
         cwd = _cwd()
         with Lock(target):
             try:
-                note = recover(target, ck, abort=opts.abort)
+                note = recover(target, ck, abort=opts.abort, wanted=_first_step(ck, opts.to))
             except OSError as exc:
                 report.findings.append(error("migrate-failed", f"finishing the interrupted migration failed: "
                                                                f"{exc.strerror or exc}",
@@ -180,10 +197,15 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
                 # an --output the run had created is gone again: nothing is there to have a layout
                 report.layout = str(read_checkpoint(root).layout) if os.path.isdir(root) else None
                 return report.freeze("migrate")
+            finished_output = False
             if not target.in_place and os.path.isdir(target.path) and os.listdir(target.path):
                 target = Target(target.path, target.path, True)  # a recovered output: go on from there
+                finished_output = True
             ck = read_checkpoint(target.source)
             _run_steps(ck, target, opts, report, display, progress)
+            if finished_output and not report.extra["steps"] and note:
+                report.extra["message"] = (f"{note}: --output {target.path} holds the {report.layout} result; "
+                                           f"{display} was only read")
         _say_cwd(cwd, target, report)
     except Refused as exc:
         report.findings.append(error(exc.code, exc.message, fix=exc.fix))
@@ -202,6 +224,17 @@ def _nothing_to_do(ck: Checkpoint, target: Target, opts: Options) -> bool:
 
     return migrations.path(str(ck.layout), opts.to) == [] and not os.path.lexists(target.ws) \
         and not os.path.lexists(target.lock_path)
+
+
+def _first_step(ck: Checkpoint, to: str) -> tuple[str, str] | None:
+    """(revision, direction) of the step a run from ``ck`` to ``to`` stages first; None: nothing to do;
+    ``ANY_STEP`` when no route leads there (the run refuses after the recovery, as before)."""
+    from clef_format import migrations
+
+    route = migrations.path(str(ck.layout), to)
+    if route is None:
+        return ANY_STEP
+    return (route[0].revision, route[0].direction) if route else None
 
 
 def _nothing_message(target: Target, opts: Options, display: str) -> str:
@@ -258,7 +291,8 @@ def _route(ck: Checkpoint, to: str) -> list[Any]:
     return route
 
 
-def _refuse_blocking(ck: Checkpoint, plan: Plan, display: str, edge: Any, dry_run: bool = False) -> None:
+def _refuse_blocking(ck: Checkpoint, plan: Plan, display: str, edge: Any, dry_run: bool = False,
+                     downloaded: bool = True) -> None:
     blocking = _blocking(ck, plan, display)
     if blocking:
         summary = "; ".join(f"{f.code} ({f.message})" for f in blocking[:5])
@@ -267,12 +301,30 @@ def _refuse_blocking(ck: Checkpoint, plan: Plan, display: str, edge: Any, dry_ru
     deep = _deep_refusal(ck, edge, dry_run)
     if deep:
         raise deep
+    if downloaded:  # the user's files (a later step's input is migrate's own, its references fresh)
+        _refuse_unproven_replacements(ck, plan, display, edge)
+
+
+def _refuse_unproven_replacements(ck: Checkpoint, plan: Plan, display: str, edge: Any) -> None:
+    """A file migrate replaces or removes loses its reference (download metadata, manifest entry): it is
+    first checked against it, or a corrupted download would come out vouched for by a fresh manifest."""
+    from clef_format.verify.deep import reference_findings
+
+    replaced = {o.rel for o in plan.outputs if o.rel in ck.files} | set(plan.removed)
+    bad = [f for f in reference_findings(ck, sorted(replaced)) if f.severity == "error"]
+    unreadable = [f for f in bad if f.code == "unreadable"]
+    if unreadable:
+        raise CouldNotRun(f"{display}: {unreadable[0].message}; nothing was written", fix=unreadable[0].fix)
+    if bad:
+        raise Refused("hash-mismatch", f"{bad[0].message}: {edge.revision} would replace {bad[0].file} and drop the "
+                                       "record it fails, so nothing could find the damage later; nothing was changed",
+                      f"re-download {bad[0].file} (clef-format verify --deep {display} lists every file that fails)")
 
 
 def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft) -> ReportDraft:
     from clef_format.migrate.apply import pending_recovery
 
-    will = pending_recovery(target, ck, abort=opts.abort)
+    will = pending_recovery(target, ck, abort=opts.abort, wanted=_first_step(ck, opts.to))
     report.extra["recovery"] = will
     if opts.abort:  # --abort only deals with an interrupted run: say what it would do, and nothing else
         report.extra["message"] = f"--abort would do this: {will}" if will else "no interrupted migration to roll back"
@@ -311,10 +363,12 @@ def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraf
     route = _route(ck, opts.to)
     if not route:
         report.extra["message"] = _nothing_message(target, opts, display)
+    first = True
     while route:
         edge = route[0]
         plan = edge.plan(ck)
-        _refuse_blocking(ck, plan, display, edge)
+        _refuse_blocking(ck, plan, display, edge, downloaded=first)
+        first = False
         problems = preflight(target, plan, ck.hf_snapshot, check_lock=False)
         if problems:
             raise problems[0]

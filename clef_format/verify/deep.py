@@ -352,6 +352,26 @@ class DeepRun:
         return findings
 
 
+def reference_findings(ck: Checkpoint, rels: Iterable[str], progress: Any = None) -> list[Finding]:
+    """The deep check of ``rels`` alone against their references (those that have one): ``hash-mismatch``
+    or ``unreadable`` findings, nothing for a file with no reference. Migrate runs it on the files it
+    is about to replace, whose references it then drops: a mismatch found later would have no record
+    left to be found against."""
+    wanted = set(rels)
+    refs, _, findings = gather_references(ck)
+    refs = {rel: ref for rel, ref in refs.items() if rel in wanted}
+    out = [f for f in findings if f.code == "hash-mismatch" and f.file in wanted]
+    tasks = {(ref.path, ref.algorithm): HashTask(f"{ref.algorithm}:{ref.path}", ref.path, ref.algorithm,
+                                                 ck.files.get(rel, 0)) for rel, ref in refs.items()}
+    if not tasks:
+        return out
+    advance = (progress or NO_PROGRESS).add(f"checking {len(tasks)} file(s) against their references",
+                                            sum(t.size for t in tasks.values()))
+    pool = HashPool(tasks.values(), advance).start()
+    done = {(r.key.split(":", 1)[1], r.algorithm): (r.digest, r.error) for r in pool.results()}
+    return out + _hash_findings(refs, done)
+
+
 def deep_findings(ck: Checkpoint) -> list[Finding]:
     """Hash (concurrently) and decode scales behind the smaller files; findings sorted hash-first."""
     return DeepRun(ck).finish()

@@ -131,6 +131,34 @@ def test_a_source_file_replaced_with_its_size_and_mtime_kept_is_a_changed_source
                                             "the checkpoint changed since")
 
 
+@pytest.mark.parametrize("wanted,action", [(apply.ANY_STEP, "resume"), ((REVISION, "upgrade"), "resume"),
+                                           ((REVISION, "downgrade"), "remove"), (None, "remove")])
+def test_a_staging_is_resumed_only_by_a_run_of_the_same_step(fresh, wanted, action: str) -> None:
+    """A run to another layout, or one with nothing to do, said "resuming" and left the staging pending."""
+    root = fresh("layout-1")
+    target = make_target(str(root), None)
+    ck = read_checkpoint(root)
+    journal_for(target, "staging", fingerprint(ck))
+    os.makedirs(target.new)
+    got, note, _ = _decide(target, ck, abort=False, wanted=wanted)
+    assert got == action, note
+    if action == "remove":
+        now = "has nothing to do" if wanted is None else f"runs {REVISION} downgrade"
+        assert note == f"rolled back the interrupted migration {REVISION} upgrade: this run {now}, so none of it was needed"
+        assert pending_recovery(target, ck, wanted=wanted) == note
+
+
+def test_a_staging_of_a_source_that_changed_is_rolled_back_not_resumed(fresh) -> None:
+    root = fresh("layout-1")
+    target = make_target(str(root), None)
+    journal_for(target, "staging", fingerprint(read_checkpoint(root)))
+    os.makedirs(target.new)
+    (root / "tokenizer.json").write_text('{"changed": true}')
+    ck = read_checkpoint(root)
+    assert _decide(target, ck, abort=False)[:2] == (
+        "remove", f"rolled back the interrupted migration {REVISION} upgrade: the checkpoint changed since")
+
+
 def _exchanged(fresh, built, tmp: Path) -> tuple[Path, Target, dict]:
     """In place, killed right after the exchange: T holds the new tree, ws/new the original one, and the
     journal still says staged (its new_ino is the inode now at T)."""

@@ -269,6 +269,65 @@ def test_local_dir_metadata_and_manifest_follow_the_new_files(built, tmp_path: P
     assert (root / MANIFEST_NAME).is_file()
 
 
+def _flip_a_weight_byte(path: Path, tensor: str | None = "model.language_model.layers.0.input_layernorm.weight") -> None:
+    """One bit of one tensor's data changed in place, the size kept: a download corrupted in transit."""
+    from clef_format.read.safetensors import read_header
+
+    h = read_header(path)
+    tensor = tensor or sorted(h.tensors)[0]
+    with open(path, "r+b") as fh:
+        fh.seek(h.data_start + h.tensors[tensor].begin + 1)
+        byte = fh.read(1)
+        fh.seek(-1, 1)
+        fh.write(bytes([byte[0] ^ 1]))
+
+
+def _with_reference(kind: str, built, tmp_path: Path, capsys) -> Path:
+    if kind == "local_dir":
+        return build_local_dir(tmp_path / "dl", built("layout-1"))
+    if kind == "manifest":
+        root = tmp_path / "ck"
+        shutil.copytree(built("layout-1"), root)
+        assert run(capsys, "manifest", str(root))[0] == 0
+        return root
+    return build_hub_cache(tmp_path / "hub", "clef/flash", built("layout-1"))
+
+
+@pytest.mark.parametrize("kind", ["local_dir", "manifest", "hub_cache"])
+def test_a_replaced_file_that_fails_its_reference_is_refused_not_laundered(built, tmp_path: Path, capsys,
+                                                                           kind: str) -> None:
+    """migrate replaces the backbone and drops its reference (download metadata, manifest entry): it wrote
+    a fresh manifest for corrupted bytes, and verify --deep then said "all match". Now the file is
+    checked against its reference first; a mismatch refuses, nothing changes, the damage stays findable."""
+    root = _with_reference(kind, built, tmp_path, capsys)
+    target = os.path.realpath(root / "model.safetensors")  # in a cache snapshot: the blob
+    _flip_a_weight_byte(Path(target))
+    before = {p: p.read_bytes() for p in Path(os.path.realpath(root)).rglob("*") if p.is_file()}
+    outs = [["--output", str(tmp_path / "out")], ["--output", str(tmp_path / "out"), "--dry-run"]]
+    if kind != "hub_cache":
+        outs += [[], ["--dry-run"], ["--to", "layout-2"]]
+    for extra in outs:
+        rc, out = run(capsys, "migrate", str(root), *extra)
+        errors = [f for f in out["findings"] if f["severity"] == "error"]
+        assert rc == 1 and [f["code"] for f in errors] == ["hash-mismatch"], (extra, out)
+        assert "model.safetensors" in errors[0]["message"] and errors[0]["fix"].startswith("re-download model.safetensors")
+    assert {p: p.read_bytes() for p in Path(os.path.realpath(root)).rglob("*") if p.is_file()} == before
+    assert not (tmp_path / "out").exists()
+    rc, out = run(capsys, "verify", str(root), "--deep")
+    assert rc == 1 and "hash-mismatch" in [f["code"] for f in out["findings"]]
+
+
+def test_a_carried_file_that_fails_its_reference_stays_findable_after_migrate(built, tmp_path: Path, capsys) -> None:
+    """A file migrate carries unchanged keeps its reference: its damage is still found by --deep after."""
+    root = build_local_dir(tmp_path / "dl", built("layout-1"))
+    _flip_a_weight_byte(root / "clef_head" / "joint_head.safetensors", tensor=None)
+    rc, out = run(capsys, "migrate", str(root))
+    assert rc == 0 and out["layout"] == "layout-2", out
+    rc, out = run(capsys, "verify", str(root), "--deep")
+    assert rc == 1 and [f["file"] for f in out["findings"] if f["code"] == "hash-mismatch"] == [
+        "clef_head/joint_head.safetensors"], out
+
+
 def test_manifest_is_rewritten_after_in_place_migrate(fresh, capsys) -> None:
     root = fresh("layout-1")
     rc, _ = run(capsys, "manifest", str(root))

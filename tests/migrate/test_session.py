@@ -220,6 +220,33 @@ def test_current_says_what_the_layout_means_as_verify_does(fresh, capsys, layout
     assert {f.code for f in verify.findings if f.severity != "info"} == set(codes)
 
 
+@pytest.mark.parametrize("flags", [["PATH", "--history"], ["PATH", "--current", "--history"], ["--history", "--to",
+                                   "layout-1"], ["--history", "--abort"], ["--history", "--dry-run"],
+                                   ["--history", "--output", "OUT"], ["PATH", "--current", "--output", "OUT"]])
+def test_flags_that_would_be_ignored_are_a_usage_error(fresh, capsys, tmp_path: Path, flags: list[str]) -> None:
+    root = fresh("layout-1")
+    flags = [str(root) if f == "PATH" else str(tmp_path / "out") if f == "OUT" else f for f in flags]
+    rc, out = run_json(capsys, *flags)
+    (finding,) = out["findings"]
+    assert rc == 2 and finding["code"] == "usage-error" and "takes no" in finding["message"] and finding["fix"], out
+    assert siblings(root) == [] and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("argv", [["--json=1"], ["--json=yes", "--dry-run"], ["--js", "--json"], ["--dry", "--json"],
+                                  ["--cur", "--json"]])
+def test_a_malformed_or_abbreviated_flag_is_one_json_usage_error(fresh, capsys, argv: list[str]) -> None:
+    """``--json=1`` printed argparse's text and no JSON; abbreviations (``--js``) were taken by argparse
+    but not by the check that decides whether the answer is JSON. Neither is accepted now."""
+    from clef_format.cli.main import main
+
+    root = fresh("layout-1")
+    assert main(["migrate", str(root), *argv]) == 2
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert out["findings"][0]["code"] == "usage-error" and out["ok"] is False, out
+    assert siblings(root) == []
+
+
 def test_history_and_current(fresh, capsys) -> None:
     rc, out = run_json(capsys, "--history")
     assert rc == 0 and [h["revision"] for h in out["history"]] == ["0001_int8_tables", "0002_repair_marker"]
@@ -405,6 +432,84 @@ def test_an_output_runs_text_report_says_the_source_kept_its_layout(fresh, tmp_p
     assert capsys.readouterr().out.splitlines()[1] == "  layout   layout-2"
 
 
+@pytest.mark.parametrize("name", ["own-ws", "own-lock", "other-ws", "other-lock"])
+def test_an_output_named_like_a_workspace_or_lock_is_a_usage_error(fresh, tmp_path, capsys, name: str) -> None:
+    """An --output at ``.PATH.clef-migrate`` was accepted; the next run on PATH took the result for its
+    litter and deleted it. Any name of that form is migrate's own."""
+    root = fresh("layout-1")
+    owner = root.name if name.startswith("own") else "other"
+    out = root.parent / (f".{owner}.clef-migrate" + (".lock" if name.endswith("lock") else ""))
+    before = file_digests(root)
+    for extra in ([], ["--dry-run"]):
+        rc, report = run_json(capsys, str(root), "--output", str(out), *extra)
+        (finding,) = report["findings"]
+        assert rc == 2 and finding["code"] == "usage-error" and str(root.parent / owner) in finding["message"], report
+    assert not out.exists() and file_digests(root) == before and siblings(root) == []
+
+
+@pytest.mark.parametrize("content", ["file", "nested", "symlink", "not-a-dir"])
+def test_a_workspace_name_holding_what_migrate_never_leaves_is_never_removed(fresh, capsys, content: str) -> None:
+    """A journal-less workspace was removed as litter whatever it held. migrate leaves one only empty
+    (or with an empty new/ and a partial journal.json.tmp): anything else is refused, named, and kept."""
+    root = fresh("layout-1")
+    ws = root.parent / f".{root.name}.clef-migrate"
+    if content == "not-a-dir":
+        ws.write_text("mine")
+    else:
+        (ws / "new").mkdir(parents=True)
+        (ws / "journal.json.tmp").write_text("{")
+        if content == "file":
+            (ws / "NOTES.txt").write_text("mine")
+        elif content == "nested":
+            (ws / "new" / "model.safetensors").write_bytes(b"x" * 10)
+        else:
+            (ws / "link").symlink_to(root)
+    kept = file_digests(ws) if ws.is_dir() else {"": ws.read_text()}
+    before = file_digests(root)
+    for args in (["--to", "layout-2"], ["--abort"], ["--abort", "--dry-run"], ["--dry-run"]):
+        rc, out = run_json(capsys, str(root), *args)
+        errors = [f for f in out["findings"] if f["severity"] == "error"]
+        assert rc == 1 and errors and errors[0]["code"] == "migrate-refused", (args, out)
+        assert str(ws) in errors[0]["message"] and errors[0]["fix"].startswith(f"move {ws} away"), out
+    rc, out = run_json(capsys, str(root), "--current")
+    assert rc == 0 and "moved away" in out["message"] and "--abort" not in out["message"], out
+    assert (file_digests(ws) if ws.is_dir() else {"": ws.read_text()}) == kept and file_digests(root) == before
+    shutil.move(str(ws), str(root.parent / "moved"))  # the fix, followed
+    rc, out = run_json(capsys, str(root))
+    assert rc == 0 and out["layout"] == "layout-2" and siblings(root) == [], out
+
+
+def test_a_journal_less_workspace_migrate_left_is_still_removed(fresh, capsys) -> None:
+    root = fresh("layout-1")
+    ws = root.parent / f".{root.name}.clef-migrate"
+    (ws / "new").mkdir(parents=True)
+    (ws / "journal.json.tmp").write_text('{"version"')
+    rc, out = run_json(capsys, str(root), "--current")
+    assert "--abort removes it" in out["message"], out
+    rc, out = run_json(capsys, str(root))
+    assert rc == 0 and out["layout"] == "layout-2" and siblings(root) == [], out
+    assert any(f["code"] == "migrate-recovered" for f in out["findings"])
+
+
+@pytest.mark.parametrize("kind", ["dir", "symlink"])
+def test_a_folder_at_the_lock_name_is_named_with_the_fix_that_works(fresh, capsys, tmp_path: Path, kind: str) -> None:
+    root = fresh("layout-1")
+    lock = root.parent / f".{root.name}.clef-migrate.lock"
+    if kind == "dir":
+        lock.mkdir()
+        (lock / "mine").write_text("x")
+    else:
+        (tmp_path / "target").mkdir()
+        lock.symlink_to(tmp_path / "target")
+    rc, out = run_json(capsys, str(root))
+    (finding,) = [f for f in out["findings"] if f["severity"] == "error"]
+    assert rc == 1 and str(lock) in finding["message"] and finding["fix"].startswith(f"move {lock} away"), out
+    assert "read-only" not in finding["fix"]
+    shutil.move(str(lock), str(tmp_path / "moved"))
+    rc, out = run_json(capsys, str(root))
+    assert rc == 0 and out["layout"] == "layout-2" and siblings(root) == [], out
+
+
 def test_output_in_a_missing_folder_is_a_usage_error(fresh, tmp_path, capsys) -> None:
     root = fresh("layout-1")
     rc, out = run_json(capsys, str(root), "--output", str(tmp_path / "no" / "such" / "out"))
@@ -419,7 +524,7 @@ def _sigint_as_from_a_shell() -> None:
 
 
 @pytest.mark.parametrize("phase", ["lock:1", "journal:2", "stage:1", "verify:1", "swap:1", "swap:2", "cleanup:1",
-                                   "cleanup:2"])
+                                   "cleanup:2", "cleanup:3"])
 def test_a_ctrl_c_during_an_output_run_says_how_to_resume_it_never_in_place(fresh, tmp_path, phase) -> None:
     """After Ctrl-C (SIGINT at each phase) an --output run is resumed with its --output, or said to have
     left nothing; following the fix finishes it and never touches the source."""
@@ -435,8 +540,12 @@ def test_a_ctrl_c_during_an_output_run_says_how_to_resume_it_never_in_place(fres
     if " resumes it" in fix:  # the fix's own command
         assert fix.startswith(f"clef-format migrate {src} --to layout-2 --output {out} resumes it"), fix
         steps = [fix.split(" resumes it")[0].split()[1:] + ["--json"]]
-    elif fix.startswith(f"clef-format migrate {out} --abort rolls it back; then run the migration again"):
-        steps = [["migrate", str(out), "--abort", "--json"], again]
+    elif fix.startswith(f"clef-format migrate {out} --abort removes what it left (nothing in it is needed); "):
+        # before its journal, or after the cleanup removed it: --abort clears the workspace (never the result)
+        finished = fix.endswith(f"; {out} holds the finished result")
+        assert finished or fix.endswith("; then run the migration again"), fix
+        assert finished == (phase == "cleanup:3"), (phase, fix)
+        steps = [["migrate", str(out), "--abort", "--json"]] + ([] if finished else [again])
     else:
         assert fix == f"nothing of the interrupted run is left and {src} is unchanged: run the command again", fix
         steps = [again]
@@ -445,6 +554,20 @@ def test_a_ctrl_c_during_an_output_run_says_how_to_resume_it_never_in_place(fres
         assert rerun.returncode == 0, (step, rerun.stdout[-2000:])
     assert file_digests(src) == before  # the source, byte for byte
     assert verified(out) == ("layout-2", True, [])
+
+
+def test_a_ctrl_c_in_the_last_cleanup_step_of_an_in_place_run_promises_no_rollback(fresh) -> None:
+    """Killed after its cleanup removed the journal, the run is done: the fix said "resumes" (nothing to
+    resume) and --abort "rolls it back" (the original is gone). It names the removal of what is left."""
+    src = fresh("layout-1")
+    proc = cli("migrate", str(src), "--to", "layout-2", "--json", env={"CLEF_FORMAT_CRASH_AT": "cleanup:3:INT"},
+               preexec_fn=_sigint_as_from_a_shell)
+    assert proc.returncode == 2
+    fix = json.loads(proc.stdout)["findings"][0]["fix"]
+    assert fix == (f"clef-format migrate {src} --abort removes what the run left (nothing in it is needed); then "
+                   f"clef-format migrate {src} --current shows the layout {src} is at"), fix
+    assert cli("migrate", str(src), "--abort", "--json").returncode == 0
+    assert siblings(src) == [] and verified(src)[:2] == ("layout-2", True)
 
 
 def test_a_ctrl_c_during_an_in_place_run_says_to_rerun_it_in_place(fresh) -> None:

@@ -78,6 +78,53 @@ def test_a_run_killed_in_cleanup_is_named_by_current_and_following_it_leaves_not
     assert siblings(root) == [] and verified(root)[:2] == ("layout-2", True)
 
 
+@pytest.mark.parametrize("then", ["source-migrated-in-place", "other-target"])
+def test_a_pending_output_run_that_no_longer_applies_is_rolled_back_by_the_fix(fresh, capsys, tmp_path: Path,
+                                                                                then: str) -> None:
+    """An --output staging whose source has since changed (migrated in place), or a run to another layout
+    into the same OUT: the fix --current printed said "resumes it", the run said "resuming", did
+    nothing, and the run stayed pending. Now following the fix rolls the stale staging back, once."""
+    src, out = fresh("layout-1"), tmp_path / "out"
+    proc = cli("migrate", str(src), "--to", "layout-2", "--output", str(out), "--json",
+               env={"CLEF_FORMAT_CRASH_AT": "stage:3"})
+    assert proc.returncode == -signal.SIGKILL
+    to = "layout-2"
+    if then == "source-migrated-in-place":
+        _rerun(capsys, str(src), "--to", "layout-2")
+        assert main(["migrate", str(src), "--current", "--json"]) == 0
+        message = json.loads(capsys.readouterr().out)["message"]
+        command = message.split(": ", 1)[1].split(" resumes it")[0]
+        assert command == f"clef-format migrate {src} --to layout-2 --output {out}", message
+    else:
+        to = "layout-1"
+    report = _rerun(capsys, str(src), "--to", to, "--output", str(out))
+    assert [f["code"] for f in report["findings"] if f["code"] == "migrate-recovered"] == ["migrate-recovered"]
+    assert report["recovered"][0].startswith("rolled back the interrupted migration 0001_int8_tables upgrade: "), report
+    assert "resuming" not in json.dumps(report)
+    assert siblings(out) == [] and not out.exists()
+    assert main(["migrate", str(src), "--current", "--json"]) == 0
+    assert "message" not in json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("phase", ["swap:2", "cleanup:1", "cleanup:2"])
+def test_an_output_run_killed_after_its_swap_is_finished_and_said_so(fresh, capsys, tmp_path: Path, phase: str) -> None:
+    """Resumed after its swap, an --output run reported the layout-1 source as "layout-2 ... already at
+    layout-2: nothing to do"; --current of OUT named no command. Both now say what happened."""
+    src, out = fresh("layout-1"), tmp_path / "out"
+    proc = cli("migrate", str(src), "--to", "layout-2", "--output", str(out), "--json",
+               env={"CLEF_FORMAT_CRASH_AT": phase})
+    assert proc.returncode == -signal.SIGKILL
+    assert main(["migrate", str(out), "--current", "--json"]) == 0
+    current = json.loads(capsys.readouterr().out)
+    resume = f"clef-format migrate {src} --to layout-2 --output {out} resumes it"
+    assert resume in current["message"], current
+    assert main(["migrate", str(src), "--to", "layout-2", "--output", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text.splitlines()[1] == f"  layout   layout-1 (unchanged); the result in {out} is layout-2", text
+    assert "already at" not in text and f"--output {out} holds the layout-2 result; {src} was only read" in text
+    assert siblings(out) == [] and verified(out)[:2] == ("layout-2", True) and verified(src)[0] == "layout-1"
+
+
 @pytest.mark.parametrize("phase,n", [("stage", 2), ("swap", 2)])
 def test_sigkill_sharded_downgrade(fresh, capsys, phase: str, n: int) -> None:
     root = fresh("layout-1", shards=3)

@@ -31,6 +31,13 @@ def run(args: argparse.Namespace) -> int:
     from clef_format.cli.render import render_history, render_migrate
 
     if args.history:
+        given = [flag for flag, on in (("PATH", args.path), ("--current", args.current), ("--to", args.to),
+                                       ("--output", args.output), ("--abort", args.abort), ("--dry-run", args.dry_run))
+                 if on]
+        if given:
+            raise UsageError(f"--history prints the chain of migration steps, it takes no {', '.join(given)}",
+                             fix="clef-format migrate --history" + (f"; clef-format migrate {args.path} --current shows "
+                                                                     f"where {args.path} is" if args.path else ""))
         from clef_format import migrations
         from clef_format.report import make_report
 
@@ -46,6 +53,10 @@ def run(args: argparse.Namespace) -> int:
         why = "--current only reports, --abort rolls back" if args.current else \
             "--abort only rolls back an interrupted run, it migrates nowhere"
         raise UsageError(f"--abort and {other} contradict each other: {why}", fix=fix)
+    if args.current and args.output is not None:
+        raise UsageError(f"--current reports on PATH only, it takes no --output {args.output}",
+                         fix=f"clef-format migrate {args.output} --current shows an interrupted run into it; "
+                             f"clef-format migrate {args.path} --current shows {args.path}")
     if args.current and args.to is not None:
         raise UsageError(f"--current and --to {args.to} contradict each other: --current only reports the layout, "
                          "--to migrates", fix=f"clef-format migrate {args.path} --current, then clef-format migrate "
@@ -84,6 +95,9 @@ def interrupted_fix(path: str | None, args_in: list[str]) -> str:
             return f"nothing of the interrupted run is left and {path} is unchanged: run the command again"
         return (f"nothing of the interrupted run is left: clef-format migrate {path} --current shows the layout "
                 f"{path} is at; run the command again if it is not the one you asked for")
+    if output is None and found[1] is None:  # killed before its journal was written, or after the cleanup removed it
+        return (f"clef-format migrate {path} --abort removes what the run left (nothing in it is needed); then "
+                f"clef-format migrate {path} --current shows the layout {path} is at")
     if output is None:
         return f"clef-format migrate {path} resumes the interrupted run; add --abort to roll it back instead"
     return resume_fix(found[0], found[1], output)
