@@ -84,8 +84,7 @@ def layers_view(config: Mapping[str, Any], int8_tables: bool = True, version: st
 
 
 def layers_report(path: str, version: str = vllm_names.DEFAULT_VLLM) -> Report:
-    """``clef-format layers``: the view plus the findings of the config and pattern checks (the same
-    verify reports).
+    """``clef-format layers``: the view plus verify's findings (its verdict: the same checks, one rule).
 
     Reading problems of config.json (unreadable, not JSON, bad keys) are the report's findings and
     there is no view; a view whose layers vLLM cannot build carries those errors as findings.
@@ -94,8 +93,7 @@ def layers_report(path: str, version: str = vllm_names.DEFAULT_VLLM) -> Report:
     from clef_format.report import make_report
     from clef_format.spec.layouts import CONFIG, TABLES
     from clef_format.spec.model_spec import ConfigError
-    from clef_format.verify.checks.config import check_config
-    from clef_format.verify.checks.patterns import check_patterns
+    from clef_format.verify.run import verify_checkpoint
     from clef_format.vllm_rules.matching import QuantConfigError
 
     ck = open_checkpoint(path)
@@ -105,7 +103,8 @@ def layers_report(path: str, version: str = vllm_names.DEFAULT_VLLM) -> Report:
         missing = [] if ck.has(CONFIG) or reading else [error("missing-file", f"{CONFIG} is missing", file=CONFIG,
                                                              fix="restore config.json from the original download")]
         return make_report("layers", path, str(ck.layout), reading + missing)
-    findings = reading + list(check_config(ck)) + list(check_patterns(ck))  # a view of a config vLLM refuses is BROKEN
+    # the verdict is verify's: a view of a config vLLM refuses, or of a folder without its weights, is BROKEN
+    findings = list(verify_checkpoint(ck, path).findings)
     try:
         view = layers_view(ck.config, int8_tables=ck.has(TABLES), version=version)
     except (ConfigError, QuantConfigError) as exc:

@@ -134,6 +134,34 @@ def test_layers_reports_the_config_errors_verify_reports(fresh, name, build, rel
     assert not layers.ok and errors(layers) == errors(verify(str(root))) and findings_for(layers, code, key)
 
 
+@pytest.mark.parametrize("left", ["config-only", "backbone-deleted", "backbone-truncated"])
+def test_layers_of_a_folder_without_its_weights_is_broken(fresh, left: str) -> None:
+    """``layers`` said OK and "fits a 16 GB card" for a folder holding only config.json."""
+    from clef_format.verify.layers import layers_report
+
+    root = fresh("layout-2", "hybrid", num_layers=4)
+    if left == "config-only":
+        for p in sorted(root.rglob("*"), reverse=True):
+            if p.name != L.CONFIG:
+                p.rmdir() if p.is_dir() else p.unlink()
+    elif left == "backbone-deleted":
+        (root / L.BACKBONE_SINGLE).unlink()
+    else:
+        with open(root / L.BACKBONE_SINGLE, "r+b") as fh:
+            fh.truncate(100)
+    layers = layers_report(str(root))
+    assert not layers.ok, layers
+    errors = {(f.code, f.file) for f in layers.findings if f.severity == "error"}
+    assert errors and errors <= {(f.code, f.file) for f in verify(str(root)).findings if f.severity == "error"}
+
+
+def test_layers_of_a_valid_checkpoint_is_ok_with_verify_warnings(fresh) -> None:
+    from clef_format.verify.layers import layers_report
+
+    layers = layers_report(str(fresh("layout-1", "hybrid", num_layers=4)))
+    assert layers.ok and [f.code for f in layers.findings] == ["legacy-layout"] and layers.details["rows"]
+
+
 @pytest.mark.parametrize("build", ["nvfp4", "fp8", "hybrid", "mixed", "bf16"])
 def test_published_builds_meet_every_config_rule(fresh, build):
     root = fresh("layout-2", build, num_layers=4)
