@@ -44,6 +44,16 @@ def _available() -> dict[str, tuple[str, str]]:
     return {name: spec for name, spec in COMMANDS.items() if find_spec(f"clef_format.cli.commands.{spec[0]}")}
 
 
+def _canonical(value: object) -> object:
+    """The same value however it was typed: ``DIR`` and ``DIR/``, ``0.28`` and ``0.28.0``."""
+    if not isinstance(value, str):
+        return value
+    parts = value.split(".")
+    if all(p.isdigit() for p in parts) and 2 <= len(parts) <= 3:  # a vLLM version: major.minor[.patch]
+        return tuple(int(p) for p in parts) + (0,) * (3 - len(parts))
+    return os.path.normpath(value)
+
+
 class _StoreOnce(argparse.Action):
     """argparse's ``store``, refusing an option given twice with different values: argparse would keep
     the last one silently (``--to layout-1 ... --to layout-2``), and the user meant one of them."""
@@ -51,7 +61,7 @@ class _StoreOnce(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
                  option_string: str | None = None) -> None:
         given = namespace.__dict__.setdefault("_given", {})
-        if self.dest in given and given[self.dest] != values:
+        if self.dest in given and _canonical(given[self.dest]) != _canonical(values):
             parser.error(f"{option_string} given twice ({given[self.dest]}, then {values}): give it once")
         given[self.dest] = values
         setattr(namespace, self.dest, values)

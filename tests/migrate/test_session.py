@@ -199,11 +199,20 @@ def test_an_option_given_twice_with_different_values_is_a_usage_error(fresh, cap
     assert file_digests(root) == before and siblings(root) == [] and list(outs.iterdir()) == []
 
 
-def test_an_option_given_twice_with_the_same_value_is_that_value(fresh, capsys) -> None:
+def test_an_option_given_twice_with_the_same_value_is_that_value(fresh, capsys, tmp_path: Path) -> None:
     root = fresh("layout-1")
     rc, out = run_json(capsys, str(root), "--to", "layout-1", "--to=layout-1", "--dry-run")
     assert rc == 0 and out["to"] == "layout-1" and out["findings"] and not [
         f for f in out["findings"] if f["severity"] == "error"], out
+    rc, out = run_json(capsys, str(root), "--output", str(tmp_path / "o"), "--output", f"{tmp_path}/o/", "--dry-run")
+    assert rc == 0, out  # one folder, typed two ways
+    from clef_format.cli.main import main
+
+    for twice in (["--vllm-version", "0.28", "--vllm-version", "0.28.0"], ["--vllm-version=0.33.0", "--vllm-version=0.33"]):
+        assert main(["verify", str(root), "--json", *twice]) == 0
+        assert json.loads(capsys.readouterr().out)["ok"]
+    assert main(["verify", str(root), "--json", "--vllm-version", "0.28", "--vllm-version", "0.33"]) == 2
+    assert "given twice" in json.loads(capsys.readouterr().out)["findings"][0]["message"]
 
 
 @pytest.mark.parametrize("layout,codes,rc", [("layout-1", ["legacy-layout"], 0), ("layout-2", [], 0),
