@@ -81,8 +81,8 @@ def render_layers(view: dict[str, Any]) -> str:
     for k, v in view["other"].items():
         lines.append(f"  {k}: {v}")
     verdict = "fits" if view["fits_16gb"] else "does NOT fit"
-    lines.append(f"weights in vLLM: {view['weight_bytes'] / GIB:.2f} GiB; {verdict} a 16 GB card with "
-                 f"{HEADROOM_BYTES / GIB:.1f} GiB left for context, activations and KV cache")
+    lines.append(f"weights in vLLM: {view['weight_bytes'] / GIB:.2f} GiB; {verdict} a 16 GB card once "
+                 f"{HEADROOM_BYTES / GIB:.1f} GiB are reserved for context, activations and KV cache")
     return "\n".join(lines)
 
 
