@@ -46,6 +46,12 @@ class Checkpoint:
         self.headers: dict[str, Header] = {}  # valid safetensors headers
         self.bad_headers: set[str] = set()
         self.unreadable: set[str] = set()  # files or folders that could not be read or listed
+        self.parsed: set[str] = set()  # files whose content the reader opened (JSON configs, headers)
+        #: The file whose content decides the layout but could not be read as JSON (the backbone index,
+        #: or the head config with its marker, when not valid JSON, empty, a directory...): then no layout
+        #: is asserted and only the reading findings are reported (``verify.run.verify_checkpoint``, the
+        #: gate). A key written twice is read on as Python reads it: that content was read. ``None``: none.
+        self.layout_unread: str | None = None
         self.config: dict[str, Any] | None = None
         self.model: ModelConfig | None = None
         self.head_config: dict[str, Any] | None = None
@@ -155,6 +161,7 @@ def _read_json(ck: Checkpoint, rel: str) -> Any:
         ck.findings.append(error("bad-config", f"{rel} is {size} bytes, over the {MAX_JSON_BYTES} limit; not read",
                                  file=rel, fix="restore the file from the original download"))
         return None
+    ck.parsed.add(rel)
     try:
         with open(ck.path(rel), "rb") as fh:
             data = fh.read()
@@ -162,10 +169,9 @@ def _read_json(ck: Checkpoint, rel: str) -> Any:
         _unreadable(ck, rel, "cannot be read", exc)
         return None
     try:
-        return json.loads(data.decode("utf-8"), object_pairs_hook=_unique_keys)
-    except _DuplicateKey as exc:
-        ck.findings.append(error("bad-config", f"{rel} holds the key {exc.key!r} twice: JSON readers disagree on "
-                                 "which one counts (Python's keeps the last, others the first)", file=rel,
+        return loads_unique(data)
+    except DuplicateKey as exc:
+        ck.findings.append(error("bad-config", duplicate_key_message(rel, exc.key), file=rel,
                                  fix=f"keep one {exc.key!r} in {rel} (restore the file from the original download)"))
         return json.loads(data.decode("utf-8"))  # read on as Python does: the error above already refuses it
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -174,8 +180,11 @@ def _read_json(ck: Checkpoint, rel: str) -> Any:
         return None
 
 
-class _DuplicateKey(Exception):
+class DuplicateKey(ValueError):
+    """A JSON object holds one key twice."""
+
     def __init__(self, key: str) -> None:
+        super().__init__(f"duplicate key {key!r}")
         self.key = key
 
 
@@ -186,9 +195,21 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise _DuplicateKey(key)
+                raise DuplicateKey(key)
             seen.add(key)
     return out
+
+
+def loads_unique(data: bytes) -> Any:
+    """The one JSON parser for every JSON file of a checkpoint (configs, index, head config, manifest):
+    UTF-8, and a key written twice raises ``DuplicateKey`` (a ``ValueError``) instead of the last one
+    silently winning. Raises ``UnicodeDecodeError`` / ``ValueError`` / ``RecursionError`` on bad input."""
+    return json.loads(data.decode("utf-8"), object_pairs_hook=_unique_keys)
+
+
+def duplicate_key_message(rel: str, key: str) -> str:
+    return (f"{rel} holds the key {key!r} twice: JSON readers disagree on which one counts (Python's keeps the "
+            "last, others the first)")
 
 
 def _read_headers(ck: Checkpoint) -> None:
@@ -212,11 +233,13 @@ def _read_backbone(ck: Checkpoint) -> None:
     if ck.has(L.BACKBONE_INDEX):
         index = _read_json(ck, L.BACKBONE_INDEX)
         if index is None:
+            ck.layout_unread = L.BACKBONE_INDEX  # the backbone is whatever the index names: not known
             return
         weight_map = index.get("weight_map") if isinstance(index, dict) else None
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             ck.findings.append(error("bad-config", f"{L.BACKBONE_INDEX} has no weight_map of tensor -> file",
                                      file=L.BACKBONE_INDEX, fix="restore the file from the original download"))
+            ck.layout_unread = L.BACKBONE_INDEX
             return
         shards: dict[str, str] = {}
         for value in sorted(set(weight_map.values())):
@@ -224,7 +247,20 @@ def _read_backbone(ck: Checkpoint) -> None:
             if member is None:
                 ck.findings.append(error("path-escape", f"index entry {value!r} leads outside the checkpoint; never read",
                                          file=L.BACKBONE_INDEX, fix="restore the index from the original download"))
-            elif member not in ck.files:
+                continue
+            if not L.vllm_globs(value):
+                names = sorted(n for n, v in weight_map.items() if v == value)
+                plain = member.rsplit("/", 1)[-1]
+                move = "" if member == plain else f" and move {member} to the checkpoint's top level"
+                ck.findings.append(error(
+                    "index-mismatch", f"index entry {value!r} (for {names[0]}" + (
+                        f" and {len(names) - 1} more tensor(s)" if len(names) > 1 else "") + "): vLLM refuses to "
+                    "load the checkpoint: it compares os.path.join(folder, entry) with the top-level *.safetensors "
+                    "files it globbed, as strings, and this entry is no plain, non-hidden top-level .safetensors "
+                    "file name (FileNotFoundError: Weight files referenced in index but missing)",
+                    file=L.BACKBONE_INDEX, tensor=names[0],
+                    fix=f"write the plain file name {plain!r} for these entries in {L.BACKBONE_INDEX}{move}"))
+            if member not in ck.files:
                 if member not in ck.bad_headers:
                     ck.findings.append(error("missing-file", f"shard {member} named by the index is missing",
                                              file=member, fix="re-download the missing shard"))
@@ -267,6 +303,19 @@ def _read_backbone(ck: Checkpoint) -> None:
             ck.tensor_file[name] = member
 
 
+def _check_readable(ck: Checkpoint) -> None:
+    """Every listed file the reader did not open (tokenizer files, joint_schema_model.py, ...) is opened
+    and closed, nothing read: one that cannot be opened is ``unreadable`` (exit 2), as it would be for
+    the engine that loads it. No content is read, so the structure path stays a few syscalls per file."""
+    for rel in ck.files:
+        if rel in ck.parsed or rel in ck.headers or rel in ck.bad_headers or rel in ck.unreadable:
+            continue
+        try:
+            os.close(os.open(ck.path(rel), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)))
+        except OSError as exc:
+            _unreadable(ck, rel, "cannot be read", exc)
+
+
 def _marker_present(head_config: Any) -> bool:
     return isinstance(head_config, dict) and L.MARKER_KEY in head_config
 
@@ -289,6 +338,14 @@ def read_checkpoint(root: str | os.PathLike[str]) -> Checkpoint:
     head_cfg_rel = L.HEAD_CONFIG if ck.has(L.HEAD_CONFIG) else (L.RELEASE_HEAD_CONFIG if ck.has(L.RELEASE_HEAD_CONFIG) else None)
     if head_cfg_rel:
         ck.head_config = _read_json(ck, head_cfg_rel)
+    elif os.path.lexists(ck.path(L.HEAD_CONFIG)) and not any(f.file == L.HEAD_CONFIG for f in ck.findings):
+        ck.findings.append(error("missing-file", f"{L.HEAD_CONFIG} is not a regular file (a directory or another "
+                                 "kind of entry is in its place)", file=L.HEAD_CONFIG,
+                                 fix="restore the file from the original download"))
+    marker_unread = ck.head_config is None and any(f.file == L.HEAD_CONFIG for f in ck.findings)
+    if marker_unread:  # there, but never read: whether it holds the marker is not known
+        ck.layout_unread = ck.layout_unread or L.HEAD_CONFIG
+    _check_readable(ck)
     embed, lm_head = ck.tables
     facts = LayoutFacts(
         has_backbone=bool(ck.backbone_files),
@@ -296,7 +353,7 @@ def read_checkpoint(root: str | os.PathLike[str]) -> Checkpoint:
         has_clef_head=any(f.startswith(L.HEAD_DIR + "/") for f in ck.files) or L.TABLES in ck.bad_headers,
         tables_in_backbone=embed in ck.backbone or lm_head in ck.backbone,
         has_tables_file=ck.has(L.TABLES) or L.TABLES in ck.bad_headers,
-        has_marker=_marker_present(ck.head_config),
+        has_marker=None if marker_unread else _marker_present(ck.head_config),
     )
     ck.layout = L.detect_layout(facts)
     return ck

@@ -15,11 +15,12 @@ already are a manifest); a manifest shipped *in* a repo is itself checked agains
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, NamedTuple
 
-from clef_format.read.checkpoint import MAX_JSON_BYTES, Checkpoint, safe_member
+from clef_format.read.checkpoint import (
+    MAX_JSON_BYTES, Checkpoint, DuplicateKey, duplicate_key_message, loads_unique, safe_member,
+)
 from clef_format.spec.findings import Finding, error
 
 MANIFEST_NAME = "clef_manifest.json"
@@ -64,11 +65,13 @@ def read_manifest(ck: Checkpoint) -> tuple[dict[str, ManifestEntry] | None, list
                             file=MANIFEST_NAME, fix=fix)]
     try:
         with open(ck.path(MANIFEST_NAME), "rb") as fh:
-            raw = json.loads(fh.read().decode("utf-8"))
+            raw = loads_unique(fh.read())
     except OSError as exc:  # reading failed: nothing is said about the manifest's content (exit 2)
         return None, [error("unreadable", f"{MANIFEST_NAME} cannot be read: {exc.strerror or exc}", file=MANIFEST_NAME,
                             fix=f"make {MANIFEST_NAME} readable (check its permissions); do not regenerate it, it is "
                                 "the integrity reference")]
+    except DuplicateKey as exc:  # the integrity reference is refused, never read as one reader would
+        return None, [error("bad-config", duplicate_key_message(MANIFEST_NAME, exc.key), file=MANIFEST_NAME, fix=fix)]
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         return None, [error("bad-config", f"{MANIFEST_NAME} is not valid JSON: {exc}", file=MANIFEST_NAME, fix=fix)]
     if (not isinstance(raw, dict) or raw.get("clef_manifest") != MANIFEST_VERSION

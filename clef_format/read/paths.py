@@ -16,12 +16,16 @@ def inside(path: str, base: str) -> bool:
 
 
 def safe_member(rel: str) -> str | None:
-    """Normalise a path named inside the checkpoint (index entry); ``None`` if it could leave it."""
+    """Normalise a path named inside the checkpoint (index or manifest entry); ``None`` if it could leave it.
+
+    Normalising is lexical (``sub/../x`` is ``x``, never resolved through a link): the result is only
+    ever looked up among the files the scan listed, so a ``..`` that stays inside leads nowhere else.
+    Whether vLLM accepts the string itself is another rule (``spec.layouts.vllm_globs``)."""
     if not isinstance(rel, str) or not rel or "\\" in rel or "\x00" in rel:
         return None
     if rel.startswith("/"):
         return None
     norm = posixpath.normpath(rel)
-    if norm.startswith("../") or norm == ".." or "/../" in f"/{rel}/":
+    if norm.startswith("../") or norm == "..":
         return None
     return norm

@@ -19,14 +19,14 @@ else:
 #: Every finding code, with the one-line meaning shown by ``clef-format codes``.
 CODES: dict[str, str] = {
     # files and headers
-    "missing-file": "a file the layout requires is absent",
+    "missing-file": "a file the layout requires is absent (or not a regular file); as a warning: a tokenizer file missing or empty",
     "bad-header": "a safetensors header is invalid or the file is truncated",
     "path-escape": "an index entry or symlink leads outside the checkpoint",
     "unsafe-file": "pickle-based weights are present; they are never loaded",
-    "bad-config": "a JSON config file is missing keys, has wrong types or is not JSON",
-    "index-mismatch": "model.safetensors.index.json disagrees with the shard headers",
+    "bad-config": "a JSON file (config, index, head config, manifest) is missing keys, has wrong types, holds a key twice or is not JSON",
+    "index-mismatch": "model.safetensors.index.json disagrees with the shard headers, or names a shard by a string vLLM does not match (anything but a plain top-level file name: ./x, sub/x, sub/../x)",
     "partial-download": "an unfinished download (.incomplete) is present",
-    "stray-weights": "a top-level .safetensors file is not part of the backbone: a plain vLLM load would read it too",
+    "stray-weights": "a top-level, non-hidden .safetensors file is not part of the backbone: a plain vLLM load would read it too",
     # layouts and the version marker
     "legacy-layout": "layout-1: BF16 tables inside the backbone, needs plugin < 0.2.0",
     "marker-missing": "int8 tables present but no requires_clef_vllm marker (the 2026-10-07 state)",

@@ -52,7 +52,9 @@ class LayoutFacts(Record):
     has_clef_head: bool
     tables_in_backbone: bool
     has_tables_file: bool
-    has_marker: bool
+    #: ``None`` when the head config is there but its content was never read (not valid JSON, empty, a
+    #: directory in its place): whether it holds a marker is then not known, and no layout is asserted.
+    has_marker: bool | None
 
 
 def detect_layout(facts: LayoutFacts) -> Layout:
@@ -60,6 +62,8 @@ def detect_layout(facts: LayoutFacts) -> Layout:
     if not facts.has_backbone:
         return Layout.UNKNOWN
     if facts.has_clef_head or facts.has_tables_file:
+        if facts.has_marker is None:  # the marker decides between the clef_head layouts: never guessed
+            return Layout.UNKNOWN
         if facts.has_marker:
             return Layout.LAYOUT_2
         if facts.has_tables_file:
@@ -70,6 +74,19 @@ def detect_layout(facts: LayoutFacts) -> Layout:
     if facts.has_release_head and facts.tables_in_backbone:
         return Layout.ORIGINAL_RELEASE
     return Layout.UNKNOWN
+
+
+def vllm_globs(rel: str) -> bool:
+    """Whether vLLM loads the file at checkpoint-relative path ``rel`` as weights: its DefaultModelLoader
+    takes ``glob.glob(os.path.join(folder, "*.safetensors"))``, so a top-level name ending in
+    ``.safetensors`` (case-sensitive) that does not start with a dot (glob skips hidden names).
+
+    With an index, vLLM keeps the globbed files whose path *string* equals ``os.path.join(folder,
+    value)`` for some ``weight_map`` value and raises (FileNotFoundError, "Weight files referenced in
+    index but missing") for any other value, so a value vLLM accepts is exactly a name this returns
+    True for (``./x``, ``sub/../x``, ``sub/x`` never match). vLLM 0.28.0 and 0.33.0 alike
+    (``filter_duplicate_safetensors_files``)."""
+    return "/" not in rel and not rel.startswith(".") and rel.endswith(".safetensors")
 
 
 def required_files(layout: Layout) -> tuple[str, ...]:

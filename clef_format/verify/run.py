@@ -45,11 +45,12 @@ def summary(ck: Checkpoint) -> dict[str, Any]:
 
 def verify_checkpoint(ck: Checkpoint, display_path: str, plugin_version: str | None = None,
                       deep: bool = False, progress: Progress | None = None) -> Report:
-    """Every check on a checkpoint already read. When a file could not be read, only the reading
-    findings are reported: nothing is said about content that was never seen."""
+    """Every check on a checkpoint already read. When a file could not be read, or the file the layout
+    is decided by could not be read as JSON (``ck.layout_unread``), only the reading findings are
+    reported: nothing is said about content that was never seen."""
     report = ReportDraft(display_path, str(ck.layout))
     report.extend(ck.findings)
-    if ck.unreadable:
+    if ck.unreadable or ck.layout_unread:
         report.extra.update(summary(ck))
         return report.freeze("verify")
     running = None

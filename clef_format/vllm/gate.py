@@ -46,7 +46,8 @@ def running_vllm() -> str | None:
 def check_checkpoint(source: CheckpointSource, plugin_version: str, vllm_version: str | None = None) -> "Checkpoint":
     """Refuse (``IncompatibleError``) a checkpoint this plugin version must not serve; else return it read.
 
-    Order: reading (an unreadable file is refused as such), the pair (``check_pair``: layout and
+    Order: reading (an unreadable file is refused as such; a head config that is not JSON, as its
+    reading finding, never as a missing marker), the pair (``check_pair``: layout and
     marker against the version: the clearest reason comes first), then every error of verify's
     checks (layout, tables, backbone exactness, joint head, quantization patterns on
     ``vllm_version``, by default the running vLLM's). Headers only: no tensor data beyond the table
@@ -67,14 +68,15 @@ def check_checkpoint(source: CheckpointSource, plugin_version: str, vllm_version
         raise IncompatibleError("unreadable", first.message, first.fix or "make the checkpoint readable",
                                 [f for f in ck.findings if f.code == "unreadable"])
     path, snapshot = str(ck.root), ck.hf_snapshot
-    try:
-        marker = read_marker(ck.head_config) if isinstance(ck.head_config, dict) else None
-    except MarkerError as exc:
-        raise IncompatibleError("marker-invalid", str(exc), marker_fix(path, snapshot)) from None
-    check_pair(ck.layout, marker, plugin_version, path=path, snapshot=snapshot)
-    if ck.layout is Layout.LAYOUT_2 and not ck.has(TABLES) and TABLES not in ck.bad_headers:
-        raise IncompatibleError("tables-missing", f"the marker says layout-2 but {TABLES} is missing",
-                                f"download {TABLES} from the same revision of the checkpoint")
+    if not ck.layout_unread:  # else no layout is known: verify's checks below give the reading finding
+        try:
+            marker = read_marker(ck.head_config) if isinstance(ck.head_config, dict) else None
+        except MarkerError as exc:
+            raise IncompatibleError("marker-invalid", str(exc), marker_fix(path, snapshot)) from None
+        check_pair(ck.layout, marker, plugin_version, path=path, snapshot=snapshot)
+        if ck.layout is Layout.LAYOUT_2 and not ck.has(TABLES) and TABLES not in ck.bad_headers:
+            raise IncompatibleError("tables-missing", f"the marker says layout-2 but {TABLES} is missing",
+                                    f"download {TABLES} from the same revision of the checkpoint")
     ck.vllm_version = vllm_version or running_vllm()
     errors = [f for f in verify_checkpoint(ck, path).findings if f.severity == "error"]
     if errors:

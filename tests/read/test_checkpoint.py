@@ -248,3 +248,157 @@ def test_a_folder_that_cannot_be_listed_is_unreadable(fresh) -> None:
     assert finding["file"].startswith(part + "/") and set(finding["file"].split("/")) == {part}
     assert finding["message"] == f"{finding['file']} cannot be listed: File name too long"
     assert ck.unreadable == {finding["file"]}
+
+
+# --- weight_map values vLLM would not match (F-idx) -------------------------------------------------
+
+
+def _verdicts(root: Path) -> tuple[list[dict], str | None]:
+    """verify's findings and the serving gate's refusal code (``None``: it serves) on the same folder."""
+    from clef_format.compat import IncompatibleError, check_checkpoint
+    from clef_format.verify.run import verify
+
+    report = verify(str(root))
+    try:
+        check_checkpoint(root, "0.2.1")
+        code = None
+    except IncompatibleError as exc:
+        code = exc.code
+    errors = [f.to_dict() for f in report.findings if f.severity == "error"]
+    assert (code is None) == (not errors) and (code is None or code == errors[0]["code"]), (code, errors)
+    return [f.to_dict() for f in report.findings], code
+
+
+@pytest.mark.parametrize("value, plain, move", [
+    (f"./{SHARD2}", SHARD2, ""),
+    (f"sub/../{SHARD2}", SHARD2, ""),
+    (f"sub/{SHARD2}", SHARD2, f" and move sub/{SHARD2} to the checkpoint's top level"),
+    (f".{SHARD2}", f".{SHARD2}", ""),
+])
+def test_an_index_entry_vllm_would_not_match_is_an_index_mismatch_naming_it(fresh, value: str, plain: str,
+                                                                            move: str) -> None:
+    """vLLM keeps a shard only when os.path.join(folder, entry) equals a path its *.safetensors glob
+    returned: any other string (./x, sub/../x, sub/x, a hidden name) is refused, however it normalises."""
+    root = _sharded(fresh)
+    index = _index(root)
+    names = sorted(n for n, f in index["weight_map"].items() if f == SHARD2)
+    for n in names:
+        index["weight_map"][n] = value
+    _write_index(root, index)
+    member = os.path.normpath(value)
+    if member != SHARD2:
+        (root / member).parent.mkdir(exist_ok=True)
+        os.rename(root / SHARD2, root / member)
+    found, code = _verdicts(root)
+    assert found == [{
+        "code": "index-mismatch", "severity": "error",
+        "message": f"index entry {value!r} (for {names[0]} and {len(names) - 1} more tensor(s)): vLLM refuses to load the "
+                   "checkpoint: it compares os.path.join(folder, entry) with the top-level *.safetensors files it globbed, "
+                   "as strings, and this entry is no plain, non-hidden top-level .safetensors file name "
+                   "(FileNotFoundError: Weight files referenced in index but missing)",
+        "file": INDEX, "tensor": names[0],
+        "fix": f"write the plain file name {plain!r} for these entries in {INDEX}{move}"}]
+    assert code == "index-mismatch"
+
+
+def test_a_dotdot_entry_that_stays_inside_is_not_a_path_escape(fresh) -> None:
+    root = _sharded(fresh)
+    index = _index(root)
+    name = _a_tensor_of(root, SHARD2)
+    index["weight_map"][name] = f"clef_head/../{SHARD2}"
+    _write_index(root, index)
+    assert [f["code"] for f in _found(root)] == ["index-mismatch"]
+
+
+# --- files verify does not parse are still opened (F-unread) -----------------------------------------
+
+SETPRIV = __import__("shutil").which("setpriv")
+UNPRIVILEGED = ([SETPRIV, "--bounding-set=-dac_override,-dac_read_search", "--"]
+                if SETPRIV and os.geteuid() == 0 else [])
+_PROBE = """
+import json, sys
+from clef_format.compat import IncompatibleError, check_checkpoint
+from clef_format.verify.run import verify
+r = verify(sys.argv[1])
+try:
+    check_checkpoint(sys.argv[1], "0.2.1"); gate = None
+except IncompatibleError as exc:
+    gate = exc.code
+print(json.dumps({"codes": [[f.code, f.file] for f in r.findings], "gate": gate}))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() == 0 and not SETPRIV, reason="root without setpriv: permissions are not enforced")
+@pytest.mark.parametrize("rel", ["tokenizer.json", "tokenizer_config.json", "generation_config.json",
+                                 "chat_template.jinja", "joint_schema_model.py", "NOTES.md"])
+def test_a_file_nothing_parses_that_cannot_be_opened_is_unreadable_for_verify_and_the_gate(fresh, rel: str) -> None:
+    import subprocess
+    import sys
+
+    root = fresh("layout-2")
+    if rel == "NOTES.md":
+        (root / rel).write_text("notes")
+    (root / rel).chmod(0)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.run([*UNPRIVILEGED, sys.executable, "-c", _PROBE, str(root)], capture_output=True, text=True,
+                          env=env)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out == {"codes": [["unreadable", rel]], "gate": "unreadable"}
+    cli = subprocess.run([*UNPRIVILEGED, sys.executable, "-m", "clef_format", "verify", str(root), "--json"],
+                         capture_output=True, text=True, env=env)
+    assert cli.returncode == 2 and [f["code"] for f in json.loads(cli.stdout)["findings"]] == ["unreadable"]
+
+
+def test_the_readability_pass_opens_but_never_reads_an_unparsed_file(fresh, monkeypatch) -> None:
+    """open + close only: a tokenizer of any size costs one syscall pair on the structure path."""
+    import builtins
+
+    root = fresh("layout-2")
+    opened: list[str] = []
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda f, *a, **k: (opened.append(os.path.basename(f)), real_open(f, *a, **k))[1])
+    ck = read_checkpoint(root)
+    assert ck.findings == [] and "tokenizer.json" not in opened and "tokenizer.json" not in ck.parsed
+
+
+# --- a head config that cannot be read as JSON decides no layout (F-json-marker) ------------------------
+
+HEAD_CONFIG = "clef_head/joint_head_config.json"
+
+
+def _truncate(p: Path) -> None:
+    p.write_bytes(p.read_bytes()[:-2])
+
+
+def _empty(p: Path) -> None:
+    p.write_bytes(b"")
+
+
+def _directory(p: Path) -> None:
+    p.unlink()
+    p.mkdir()
+
+
+@pytest.mark.parametrize("layout", ["layout-2", "layout-2-unmarked", "layout-1"])
+@pytest.mark.parametrize("damage, code", [(_truncate, "bad-config"), (_empty, "bad-config"), (_directory, "missing-file")])
+def test_a_head_config_never_read_leaves_the_marker_and_the_layout_unknown(fresh, layout, damage, code) -> None:
+    """The marker's presence is a statement about content: it is never made from a file that could not
+    be parsed (no marker-missing, no migrate fix, no layout-2-unmarked), by verify and the gate alike.
+    A key written twice is read on as Python reads it (bad-config, the layout still detected)."""
+    root = fresh(layout)
+    damage(root / HEAD_CONFIG)
+    ck = read_checkpoint(root)
+    assert ck.layout_unread == HEAD_CONFIG and str(ck.layout) == "unknown"
+    found, gate = _verdicts(root)
+    assert [(f["code"], f["file"]) for f in found] == [(code, HEAD_CONFIG)], found
+    assert "migrate" not in found[0]["fix"] and gate == code
+
+
+def test_a_head_config_key_written_twice_is_read_on_and_the_layout_still_detected(fresh) -> None:
+    root = fresh("layout-2")
+    p = root / HEAD_CONFIG
+    p.write_text(p.read_text().replace("{", '{"heads": 4, ', 1))
+    ck = read_checkpoint(root)
+    assert ck.layout_unread is None and str(ck.layout) == "layout-2"
+    assert [f.code for f in ck.findings] == ["bad-config"]

@@ -122,3 +122,18 @@ def test_a_manifest_that_cannot_be_read_is_unreadable_and_not_to_be_regenerated(
         "code": "unreadable", "severity": "error", "message": f"{MANIFEST_NAME} cannot be read: Is a directory",
         "file": MANIFEST_NAME,
         "fix": f"make {MANIFEST_NAME} readable (check its permissions); do not regenerate it, it is the integrity reference"}]
+
+
+def test_a_key_written_twice_is_refused_as_in_every_other_json(fresh) -> None:
+    """The same rule as config.json, the index and the head config (read.checkpoint.loads_unique): a
+    manifest whose entry for a file appears twice is bad-config, never read with the last one winning."""
+    good = json.dumps({"size": 12, "blake3": DIGEST})
+    raw = ('{"clef_manifest": 1, "algorithm": "blake3", "created_by": "x", "files": {"config.json": '
+           f'{json.dumps({"size": 12, "blake3": "0" * 64})}, "config.json": {good}}}}}').encode()
+    root = _with_manifest(fresh, raw)
+    entries, findings = read_manifest(read_checkpoint(root))
+    assert entries is None and [f.to_dict() for f in findings] == [{
+        "code": "bad-config", "severity": "error",
+        "message": f"{MANIFEST_NAME} holds the key 'config.json' twice: JSON readers disagree on which one counts "
+                   "(Python's keeps the last, others the first)",
+        "file": MANIFEST_NAME, "fix": f"re-create it with `clef-format manifest {root}` from a known-good copy"}]

@@ -383,6 +383,10 @@ CASES: list[Case] = [
     Case("index-not-json", with_index(raw=b"{\"weight_map\": "), "bad-config"),
     Case("index-weight-map-list", with_index(weight_map=["model.safetensors"]), "bad-config"),
     Case("index-value-not-string", with_index(weight_map={"a": 3}), "bad-config"),
+    Case("index-dot-slash-entry", lambda root: with_index(weight_map={
+        n: f"./{BACKBONE}" for n in read_header(root / BACKBONE).tensors})(root), "index-mismatch"),
+    Case("index-dotdot-stays-inside", lambda root: with_index(weight_map={
+        n: f"clef_head/../{BACKBONE}" for n in read_header(root / BACKBONE).tensors})(root), "index-mismatch"),
     Case("index-missing-shard", with_index({"x.weight": "model-00002-of-00002.safetensors"}), "missing-file"),
     # --- symlinks and special files ----------------------------------------------------------
     Case("symlink-file-outside", symlink(BACKBONE, outside_copy(BACKBONE)), "path-escape"),
@@ -461,6 +465,9 @@ CASES: list[Case] = [
          "head-incomplete"),
     Case("head-config-bool", edit_json(L.HEAD_CONFIG, lambda c: c.__setitem__("heads", True)), "head-incomplete"),
     Case("head-config-not-json", json_file(L.HEAD_CONFIG, text=b"hidden_size=4096"), "bad-config"),
+    Case("head-config-truncated", lambda root: (root / L.HEAD_CONFIG).write_bytes(
+        (root / L.HEAD_CONFIG).read_bytes()[:-2]), "bad-config"),
+    Case("head-config-empty", replace_bytes(L.HEAD_CONFIG, b""), "bad-config"),
     Case("head-config-array", json_file(L.HEAD_CONFIG, [4096, 1024]), "head-incomplete"),
     # --- downloads and deep verification -----------------------------------------------------
     Case("incomplete-download", replace_bytes("model-00002-of-00002.safetensors.incomplete", b"\0" * 64),
@@ -471,6 +478,8 @@ CASES: list[Case] = [
     Case("manifest-path-traversal", json_file("clef_manifest.json", {
         "clef_manifest": 1, "algorithm": "blake3",
         "files": {"../../etc/passwd": {"size": 1, "blake3": "0" * 64}}}), "path-escape", deep=True),
+    Case("manifest-key-twice", json_file("clef_manifest.json", text=(
+        b'{"clef_manifest": 1, "algorithm": "blake3", "files": {}, "files": {}}')), "bad-config", deep=True),
     Case("manifest-not-json", json_file("clef_manifest.json", text=b"\x00\x01garbage"), "bad-config", deep=True),
     Case("manifest-lists-missing-file", write_manifest_then(lambda r: (r / "chat_template.jinja").unlink()),
          "missing-file", deep=True),

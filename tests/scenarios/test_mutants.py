@@ -177,8 +177,8 @@ MUTANTS = [
            ("tests/hooks/test_gate.py::test_the_gate_refuses_exactly_what_verify_rejects",)),
     # --- what a plain vLLM load would read, and config files read two ways
     Mutant("stray-weights-ignored", "clef_format/verify/checks/layout.py",
-           '        if ("/" not in rel and rel.endswith(".safetensors") and not indexed',
-           '        if (False and rel.endswith(".safetensors") and not indexed',
+           '        if (L.vllm_globs(rel) and not indexed',
+           '        if (False and not indexed',
            ("tests/scenarios/test_hostile.py::test_case_gives_code_and_exit_1[stray-root-safetensors]",)),
     Mutant("duplicate-json-keys-last-wins", "clef_format/read/checkpoint.py",
            "json.loads(data.decode(\"utf-8\"), object_pairs_hook=_unique_keys)", "json.loads(data.decode(\"utf-8\"))",

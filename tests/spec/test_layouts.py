@@ -85,3 +85,31 @@ def test_migrate_command_writes_a_snapshot_elsewhere() -> None:
 
     assert migrate_command("ck", "layout-2") == "clef-format migrate ck --to layout-2"
     assert migrate_command("org/name", "layout-2", snapshot=True) == "clef-format migrate org/name --to layout-2 --output DIR"
+
+
+def _vllm_accepts(folder, value: str) -> bool:
+    """vLLM 0.28/0.33's rule, restated: DefaultModelLoader globs ``*.safetensors`` in the folder and
+    filter_duplicate_safetensors_files refuses any weight_map value whose os.path.join(folder, value)
+    is not one of those strings (tests/tier_vllm/test_index_glob.py runs vLLM's own function)."""
+    import glob
+    import os
+
+    return os.path.join(str(folder), value) in set(glob.glob(os.path.join(str(folder), "*.safetensors")))
+
+
+@pytest.mark.parametrize("value", ["a.safetensors", "./a.safetensors", "sub/../a.safetensors", "sub/a.safetensors",
+                                   ".h.safetensors", "a.safetensors/", "A.SAFETENSORS", "a.bin", ".safetensors"])
+def test_vllm_globs_is_vllms_glob_and_string_comparison(tmp_path, value: str) -> None:
+    from clef_format.spec.layouts import vllm_globs
+
+    for rel in ("a.safetensors", ".h.safetensors", ".safetensors", "sub/a.safetensors", "a.bin", "A.SAFETENSORS"):
+        (tmp_path / rel).parent.mkdir(exist_ok=True)
+        (tmp_path / rel).write_bytes(b"x")
+    assert vllm_globs(value) == _vllm_accepts(tmp_path, value)
+
+
+@pytest.mark.parametrize("has_tables_file, tables_in_backbone", [(True, False), (False, True), (True, True)])
+def test_a_marker_never_read_decides_no_clef_head_layout(has_tables_file: bool, tables_in_backbone: bool) -> None:
+    facts = LayoutFacts(has_backbone=True, has_release_head=False, has_clef_head=True,
+                        tables_in_backbone=tables_in_backbone, has_tables_file=has_tables_file, has_marker=None)
+    assert detect_layout(facts) is Layout.UNKNOWN

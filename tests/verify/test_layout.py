@@ -7,6 +7,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from clef_format.read.checkpoint import read_checkpoint
 from clef_format.spec import layouts as L
 from clef_format.verify.checks.layout import check_layout
@@ -76,8 +78,8 @@ def test_a_top_level_safetensors_file_beside_a_single_backbone_is_stray_weights(
     shutil.copyfile(root / L.HEAD_WEIGHTS, root / "extra.safetensors")
     assert _findings(root) == [{
         "code": "stray-weights", "severity": "error",
-        "message": "extra.safetensors is not part of the backbone (model.safetensors), but vLLM loads every top-level "
-                   ".safetensors file beside it: its tensors would be loaded too",
+        "message": "extra.safetensors is not part of the backbone (model.safetensors), but vLLM loads every top-level, "
+                   "non-hidden .safetensors file beside it: its tensors would be loaded too",
         "file": "extra.safetensors", "fix": "remove or move extra.safetensors out of the checkpoint folder"}]
 
 
@@ -133,3 +135,54 @@ def test_a_marker_admitting_old_plugins_is_invalid_with_the_edit_that_repairs_it
     (finding,) = _findings(root)
     assert finding["code"] == "marker-invalid" and finding["file"] == L.HEAD_CONFIG
     assert finding["fix"] == f'set "{L.MARKER_KEY}": "{L.MARKER_VALUE}" in {L.HEAD_CONFIG}'
+
+
+def _gate_code(root: Path) -> str | None:
+    from clef_format.compat import IncompatibleError, check_checkpoint
+
+    try:
+        check_checkpoint(root, "0.2.1")
+    except IncompatibleError as exc:
+        return exc.code
+    return None
+
+
+def test_a_hidden_top_level_safetensors_file_is_no_stray_weights(fresh) -> None:
+    """vLLM's *.safetensors glob skips names starting with a dot (glob's rule): it never loads them."""
+    import glob
+
+    from clef_format.verify.run import verify
+
+    root = fresh("layout-2", "bf16")
+    shutil.copyfile(root / L.BACKBONE_SINGLE, root / ".hidden.safetensors")
+    assert glob.glob(str(root / "*.safetensors")) == [str(root / L.BACKBONE_SINGLE)]
+    assert _findings(root) == []
+    report = verify(str(root))
+    assert report.ok and report.findings == () and _gate_code(root) is None
+
+
+@pytest.mark.parametrize("rel", L.TOKENIZER_FILES)
+def test_an_empty_tokenizer_file_is_a_warning_like_a_missing_one(fresh, rel: str) -> None:
+    root = fresh("layout-2", "bf16")
+    (root / rel).write_bytes(b"")
+    assert _findings(root) == [{
+        "code": "missing-file", "severity": "warning", "message": f"{rel} is empty (0 bytes): serving needs the tokenizer",
+        "file": rel, "fix": "download the tokenizer files from the same revision"}]
+
+
+def test_an_index_that_is_not_json_is_its_bad_config_only(fresh) -> None:
+    """The index exists: no 'no backbone: neither model.safetensors nor the index' on top of its finding."""
+    from clef_format.verify.run import verify
+
+    root = fresh("layout-2", "bf16", shards=3)
+    (root / L.BACKBONE_INDEX).write_text('{"weight_map": ')
+    report = verify(str(root))
+    assert [(f.code, f.file) for f in report.findings if f.severity == "error"] == [("bad-config", L.BACKBONE_INDEX)]
+    assert _gate_code(root) == "bad-config"
+
+
+def test_an_index_naming_no_shard_says_so(fresh) -> None:
+    root = fresh("layout-2", "bf16", shards=3)
+    (root / L.BACKBONE_INDEX).write_text('{"weight_map": {}}')
+    codes = [(f["code"], f["message"]) for f in _findings(root)]
+    assert codes[0] == ("missing-file", f"no backbone: {L.BACKBONE_INDEX} maps no tensor to a shard")

@@ -16,8 +16,11 @@ from clef_format.spec.marker import MarkerError, parse_marker
 def check_layout(ck: Checkpoint) -> Iterator[Finding]:
     path = str(ck.root)
     layout = ck.layout
-    if not ck.backbone_files and not any(f.code in ("missing-file", "bad-header") for f in ck.findings):
-        yield error("missing-file", f"no backbone: neither {L.BACKBONE_SINGLE} nor {L.BACKBONE_INDEX}",
+    if not ck.backbone_files and not any(f.code in ("missing-file", "bad-header") or f.file == L.BACKBONE_INDEX
+                                         for f in ck.findings):  # a reader finding already says why
+        what = (f"{L.BACKBONE_INDEX} maps no tensor to a shard" if ck.has(L.BACKBONE_INDEX)
+                else f"neither {L.BACKBONE_SINGLE} nor {L.BACKBONE_INDEX}")
+        yield error("missing-file", f"no backbone: {what}",
                     file=L.BACKBONE_SINGLE, fix="download the checkpoint again; the backbone weights are missing")
     if layout is Layout.UNKNOWN:
         if ck.backbone_files:
@@ -28,15 +31,17 @@ def check_layout(ck: Checkpoint) -> Iterator[Finding]:
             yield error("missing-file", f"{rel} is missing ({layout} requires it)", file=rel,
                         fix="download this file from the same revision of the checkpoint")
     indexed = ck.has(L.BACKBONE_INDEX)  # with an index, vLLM loads only the shards it names
-    for rel in sorted(ck.files):  # without one, it loads every top-level *.safetensors it finds
-        if ("/" not in rel and rel.endswith(".safetensors") and not indexed and ck.backbone_files
+    for rel in sorted(ck.files):  # without one, it loads every file its *.safetensors glob finds
+        if (L.vllm_globs(rel) and not indexed and ck.backbone_files
                 and rel not in ck.backbone_files and rel not in L.required_files(layout)):
             yield error("stray-weights", f"{rel} is not part of the backbone ({', '.join(ck.backbone_files)}), but "
-                        "vLLM loads every top-level .safetensors file beside it: its tensors would be loaded too",
+                        "vLLM loads every top-level, non-hidden .safetensors file beside it: its tensors would be "
+                        "loaded too",
                         file=rel, fix=f"remove or move {rel} out of the checkpoint folder")
-    for rel in L.TOKENIZER_FILES:
-        if layout is not Layout.UNKNOWN and not ck.has(rel):
-            yield warning("missing-file", f"{rel} is missing: serving needs the tokenizer", file=rel,
+    for rel in L.TOKENIZER_FILES:  # by name and size only: a multi-MB tokenizer is never parsed here
+        if layout is not Layout.UNKNOWN and (not ck.has(rel) or ck.files[rel] == 0):
+            state = "missing" if not ck.has(rel) else "empty (0 bytes)"
+            yield warning("missing-file", f"{rel} is {state}: serving needs the tokenizer", file=rel,
                           fix="download the tokenizer files from the same revision")
 
     embed, lm_head = ck.tables
