@@ -48,7 +48,7 @@ MUTANTS = [
            "return path == base or path.startswith(base.rstrip(os.sep) + os.sep)", "return True",
            ("tests/read/test_paths.py",)),
     Mutant("member-allows-dotdot", "clef_format/read/paths.py",
-           'if norm.startswith("../") or norm == ".." or "/../" in f"/{rel}/":', "if False:",
+           'if norm.startswith("../") or norm == "..":', "if False:",
            ("tests/read/test_paths.py",)),
     # --- the safetensors header reader (read/safetensors.py): the Rust reader's rules
     Mutant("odd-bit-sizes-accepted", "clef_format/read/safetensors.py",
