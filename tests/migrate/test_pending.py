@@ -68,7 +68,8 @@ def test_current_of_a_missing_output_whose_workspace_holds_no_journal(tmp_path: 
     assert rc == 0 and report["pending"] is None and report["from"] is None and report["to"] is None, report
     assert report["message"] == (
         f"{out} does not exist: an interrupted migrate into it waits beside it (its workspace holds no journal: "
-        f"nothing in it was needed); clef-format migrate {out} --abort rolls it back; then run the migration again")
+        f"nothing in it was needed); clef-format migrate {out} --abort removes what it left (nothing in it is needed); "
+        "then run the migration again")
 
 
 def test_a_missing_output_with_only_a_lock_left_is_reported_then_cleared_by_abort(tmp_path: Path, capsys) -> None:
