@@ -343,3 +343,108 @@ def test_hf_module_matched_by_class_only_takes_the_class_target() -> None:
     assert (d.scheme, d.target, d.group) == (NVFP4, "Linear", "group_0")
     d = R.resolve_hf_module("lm_head", qc)
     assert (d.scheme, d.target, d.group) == (FP8, "re:.*lm_head$", "group_1")  # a regex on the name wins over a class
+
+
+# ----------------------------------------------------------------------------- integer schemes and argument rules
+# vLLM's _get_scheme_from_parts predicates (compressed_tensors.py: _is_wNa8o8_int, _is_wNaM_int,
+# _is_static_tensor_w8a8) and compressed-tensors' QuantizationArgs validators, one rule per test.
+
+INT8_STATIC_TENSOR = qargs(("int", 8), "tensor")
+DOWN = "model.layers.0.mlp.down_proj"
+
+
+def _text_outcome(groups: list[dict], top: str | None, version: str = OLD) -> tuple[str | None, str | None]:
+    d = _one(with_quant(TEXT, scheme_config(groups, [], top)), DOWN, version)
+    return d.scheme, d.error_kind
+
+
+def test_int_weights_with_static_int8_input_and_output_are_wna8o8() -> None:
+    """_is_wNa8o8_int: the output activations are read from the config and must be static INT8 per tensor."""
+    w4 = qargs(("int", 4), "channel")
+    for version in (OLD, NEW):
+        assert _text_outcome([scheme_group(["Linear"], w4, INT8_STATIC_TENSOR, INT8_STATIC_TENSOR)],
+                             "pack-quantized", version) == (R.WNA8O8_INT, None)
+    per_channel_out = qargs(("int", 8), "channel")
+    assert _text_outcome([scheme_group(["Linear"], w4, INT8_STATIC_TENSOR, per_channel_out)],
+                         "pack-quantized") == (None, "NotImplementedError")
+    no_out = _text_outcome([scheme_group(["Linear"], w4, INT8_STATIC_TENSOR)], "pack-quantized")
+    assert no_out == (None, "NotImplementedError")
+    qc = R.parse_quant_config(scheme_config([scheme_group(["Linear"], w4, INT8_STATIC_TENSOR, INT8_STATIC_TENSOR)],
+                                            [], "pack-quantized"))
+    out = qc.targets["Linear"].output
+    assert out is not None and (out.type, out.num_bits, out.strategy, out.dynamic) == ("int", 8, "tensor", False)
+
+
+def test_int_weights_with_dynamic_int_input_pick_wna8_or_wna4_by_input_bits() -> None:
+    """_is_wNaM_int: pack-quantized static INT weights, symmetric dynamic per-token INT input; 8 or 4 input bits."""
+    w4 = qargs(("int", 4), "group", 128)
+    a8 = qargs(("int", 8), "token", dynamic=True)
+    a4 = qargs(("int", 4), "token", dynamic=True)
+    assert _text_outcome([scheme_group(["Linear"], w4, a8)], "pack-quantized") == (R.WNA8_INT, None)
+    assert _text_outcome([scheme_group(["Linear"], w4, a4)], "pack-quantized") == (R.WNA4_INT, None)
+    a6 = qargs(("int", 6), "token", dynamic=True)
+    assert _text_outcome([scheme_group(["Linear"], w4, a6)], "pack-quantized") == (None, "NotImplementedError")
+
+
+def test_int8_weights_with_int8_input_are_int8_w8a8_and_other_weight_bits_are_not() -> None:
+    """_is_static_tensor_w8a8 / _is_dynamic_token_w8a8: weights and input both 8 bits."""
+    w8 = qargs(("int", 8), "channel")
+    assert _text_outcome([scheme_group(["Linear"], w8, INT8_STATIC_TENSOR)], "int-quantized") == (R.INT8_W8A8, None)
+    token = qargs(("int", 8), "token", dynamic=True)
+    assert _text_outcome([scheme_group(["Linear"], w8, token)], "int-quantized") == (R.INT8_W8A8, None)
+    w4 = qargs(("int", 4), "channel")
+    assert _text_outcome([scheme_group(["Linear"], w4, INT8_STATIC_TENSOR)],
+                         "int-quantized") == (None, "NotImplementedError")
+
+
+def test_block_weights_with_a_valid_block_structure_are_accepted() -> None:
+    block = qargs(("float", 8), "block", block=[128, 128])
+    assert R.parse_args(block, "w").strategy == "block"
+    assert R.parse_args(dict(block, block_structure="128x128"), "w").strategy == "block"
+    assert _text_outcome([scheme_group(["Linear"], block, qargs(("float", 8), "group", 128, dynamic=True))],
+                         "float-quantized") == (FP8, None)
+    for bad in ([128], [128, "x"], "128xa", [True, 1]):
+        with pytest.raises(R.QuantConfigError, match="block_structure"):
+            R.parse_args(dict(block, block_structure=bad), "w")
+
+
+def test_group_activation_ordering_is_accepted_with_strategy_tensor_group() -> None:
+    """QuantizationArgs: group activation ordering needs strategy group or tensor_group (the NVFP4 weights)."""
+    for strategy in ("group", "tensor_group"):
+        a = R.parse_args(qargs(("float", 4), strategy, 16, actorder="group"), "w")
+        assert (a.strategy, a.actorder) == (strategy, "group")
+    with pytest.raises(R.QuantConfigError, match="activation ordering"):
+        R.parse_args(qargs(("float", 8), "channel", actorder="group"), "w")
+    nvfp4_ordered = qargs(("float", 4), "tensor_group", 16, actorder="group")
+    nvfp4_in = qargs(("float", 4), "tensor_group", 16, dynamic="local")
+    assert _text_outcome([scheme_group(["Linear"], nvfp4_ordered, nvfp4_in)],
+                         "nvfp4-pack-quantized") == (NVFP4, None)
+
+
+def test_float_arguments_of_other_widths_need_an_explicit_zero_point_dtype() -> None:
+    """compressed-tensors infers zp_dtype only for 4- and 8-bit floats; a written zp_dtype skips the inference."""
+    with pytest.raises(R.QuantConfigError, match="num_bits 4 or 8"):
+        R.parse_args(qargs(("float", 6), "channel"), "w")
+    a = R.parse_args(qargs(("float", 6), "channel", zp_dtype="float8_e4m3fn"), "w")
+    assert (a.type, a.num_bits) == ("float", 6)
+
+
+def test_a_null_ignore_list_ignores_nothing() -> None:
+    quant = quant_dict([("FP8_DYNAMIC", ["Linear"], None)], [], "float-quantized")
+    quant["ignore"] = None
+    assert R.parse_quant_config(quant).ignore == ()
+    assert _one(with_quant(TEXT, quant), DOWN, OLD).scheme == FP8
+    quant["ignore"] = "lm_head"
+    with pytest.raises(R.QuantConfigError, match="ignore must be a list"):
+        R.parse_quant_config(quant)
+
+
+def test_lm_head_that_vllm_cannot_quantize_is_served_unquantized() -> None:
+    """ParallelLMHead catches get_scheme's ValueError (NVFP4 weights with an FP8 input); other layers raise it."""
+    nvfp4_w = qargs(("float", 4), "tensor_group", 16)
+    fp8_in = qargs(("float", 8), "token", dynamic=True)
+    config = with_quant(TEXT, scheme_config([scheme_group(["lm_head", DOWN], nvfp4_w, fp8_in)], [],
+                                            "nvfp4-pack-quantized"))
+    head, down = _one(config, "lm_head", OLD), _one(config, DOWN, OLD)
+    assert (head.scheme, head.error, head.target) == (schemes.UNQUANTIZED, None, "lm_head")
+    assert down.error_kind == "ValueError" and "input quantization must also be NVFP4" in (down.error or "")

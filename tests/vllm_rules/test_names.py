@@ -33,3 +33,20 @@ def test_a_vllm_version_that_is_not_major_minor_patch_is_a_usage_error(version: 
 @pytest.mark.parametrize("version", ["0.28", "0.28.0", "0.28.3", "0.33.0", "0.34", "1.0.0"])
 def test_a_release_version_is_accepted(version: str) -> None:
     assert check_vllm_version(version) == version
+
+
+def test_layers_are_grouped_by_decoder_block_or_as_vision_and_lm_head() -> None:
+    from clef_format.fixtures.configs import tiny_config
+    from clef_format.spec.model_spec import parse_config
+    from clef_format.vllm_rules.names import build
+
+    for multimodal, head in ((True, "language_model.lm_head"), (False, "lm_head")):
+        layers = {l.name: l for l in build(parse_config(tiny_config(4, multimodal=multimodal))).layers}
+        assert (layers[head].group, layers[head].layer) == ("lm_head", None)
+        prefix = "language_model." if multimodal else ""
+        down = layers[f"{prefix}model.layers.3.mlp.down_proj"]
+        assert (down.group, down.layer) == ("mlp", 3)
+        assert (layers[f"{prefix}model.layers.3.self_attn.qkv_proj"].group) == "self_attn"
+        if multimodal:
+            assert layers["visual.blocks.0.attn.qkv"].group == "vision"
+        assert [l.name for l in layers.values() if l.group == "lm_head"] == [head]
