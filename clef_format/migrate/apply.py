@@ -136,8 +136,12 @@ def foreign_entries(ws: str) -> list[str]:
     journal-less workspace only before its journal is first written (an empty ``new/``, a partial
     ``journal.json.tmp``) or after the cleanup removed the journal (empty): anything else is someone's
     data (an ``--output`` given that name, a user's copy) and is never deleted as litter."""
-    out = []
-    for dirpath, dirnames, filenames in os.walk(ws, onerror=None):
+    out: list[str] = []
+
+    def unlistable(exc: OSError) -> None:  # never delete what could not be looked at
+        out.append(f"{os.path.relpath(exc.filename, ws) if exc.filename else '.'} (cannot be listed: {exc.strerror})")
+
+    for dirpath, dirnames, filenames in os.walk(ws, onerror=unlistable):
         for name in filenames:
             rel = os.path.relpath(os.path.join(dirpath, name), ws)
             if rel != "journal.json.tmp":
@@ -146,6 +150,34 @@ def foreign_entries(ws: str) -> list[str]:
             if os.path.islink(os.path.join(dirpath, name)):
                 out.append(os.path.relpath(os.path.join(dirpath, name), ws))
     return sorted(out)
+
+
+def foreign_lock(path: str) -> str | None:
+    """Why what lies at a lock path is not a lock migrate may take (None: nothing there, or a lock file).
+    A lock migrate wrote is a regular file holding a pid; a symlink is never followed (it could lead to
+    anyone's file, which taking the lock would truncate), and any other content is someone's data."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"it cannot be examined ({exc.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        return "a symlink has the name migrate keeps for its lock"
+    if stat.S_ISDIR(st.st_mode):
+        return "a directory has the name migrate keeps for its lock"
+    if not stat.S_ISREG(st.st_mode):
+        return "something other than a file has the name migrate keeps for its lock"
+    if st.st_size > 64:
+        return f"a file of {st.st_size} bytes has the name migrate keeps for its lock (a lock holds only a pid)"
+    try:
+        with open(path, "rb") as fh:
+            content = fh.read(65)
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror})"
+    if content.strip() and not content.strip().isdigit():
+        return "a file that is not a lock (it holds more than a pid) has the name migrate keeps for its lock"
+    return None
 
 
 def make_target(source: str, output: str | None) -> Target:
@@ -180,13 +212,15 @@ class Lock:
             raise Refused("migrate-refused", f"{path} would lie inside a Hugging Face cache ({area}), which is never "
                                              "written", "use --output DIR outside the cache")
         for _ in range(5):
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            foreign = foreign_lock(path)
+            if foreign:
+                raise Refused("migrate-refused", f"cannot take the lock {path}: {foreign}; nothing was written",
+                              f"move {path} away (it may be your data), then run clef-format migrate again")
+            try:  # never through a symlink, even one put there since the check above
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
             except OSError as exc:
-                if os.path.isdir(path) or os.path.islink(path):
-                    raise Refused("migrate-refused", f"cannot create the lock {path}: a {'directory' if os.path.isdir(path) else 'symlink'} "
-                                                     "has the name migrate keeps for its lock; nothing was written",
-                                  f"move {path} away (it may be your data), then run clef-format migrate again") from None
+                if exc.errno in (errno.ELOOP, errno.EISDIR):
+                    continue  # replaced between the check and the open: the check says what it is now
                 raise Refused("migrate-refused", f"cannot create the lock {path}: {exc.strerror}",
                               "the directory (or its parent) is read-only: use --output DIR on a writable disk") from None
             try:
@@ -446,6 +480,15 @@ def _decide(target: Target, source_ck: Checkpoint | None, abort: bool, wanted: t
         return "remove", "removed an interrupted run's workspace (it held no journal, so nothing in it was needed)", None
     phase = journal.get("phase")
     what = f"{journal.get('revision')} {journal.get('direction')}"
+    other = wanted != ANY_STEP and wanted != (journal.get("revision"), journal.get("direction"))
+    if other and phase != "staging" and not abort:
+        # this run goes elsewhere (e.g. back to the layout the interrupted one started from): finishing
+        # the interrupted step first would discard the original tree only to rebuild it from the result
+        # (int8 tables decoded, not the original BF16); undo it instead, exactly as --abort does
+        decided = _decide(target, source_ck, True, ANY_STEP)
+        if decided is not None and decided[0] != "cleanup":
+            return decided[0], f"{decided[1]} (this run goes to another layout)", decided[2]
+        return decided
     swapped = phase == "swapped" or (phase == "staged" and _swapped(target, journal))
     parked = os.path.isdir(target.new) or os.path.isdir(target.old)  # complete by construction (_discard)
     made_output = journal.get("in_place") is False and not parked  # an --output that did not exist before
@@ -648,7 +691,11 @@ def preflight(target: Target, plan: Plan | None, snapshot: bool, check_lock: boo
         if not os.access(target.path, os.W_OK | os.X_OK):
             out.append(Refused("migrate-refused", f"{target.path} is read-only for this user; nothing was written",
                                use_output if target.in_place else "pick a writable --output"))
-    if check_lock and _lock_held(target):
+    foreign = foreign_lock(target.lock_path) if check_lock else None
+    if foreign:
+        out.append(Refused("migrate-refused", f"cannot take the lock {target.lock_path}: {foreign}; nothing was written",
+                           f"move {target.lock_path} away (it may be your data), then run clef-format migrate again"))
+    elif check_lock and _lock_held(target):
         out.append(Refused("migrate-refused", f"another clef-format migrate is working on {target.path}",
                            "wait for it to finish; a killed run's lock is released by the kernel"))
     if plan is not None and not out:

@@ -64,6 +64,19 @@ def make_manifest(path: str, force: bool = False, progress: Progress | None = No
                                            "download", fix=f"fix what clef-format verify {path} reports, or pass --force")
         return make_report("manifest", path, layout, [refusal, *errors], details)
     files = manifest_files(ck)
+    if not force:  # a manifest is checked first by --deep: it must never vouch for bytes that fail a reference
+        from clef_format.verify.deep import reference_findings
+
+        bad = [f for f in reference_findings(ck, sorted(files), progress) if f.severity == "error"]
+        unread = [f for f in bad if f.code == "unreadable"]
+        if unread:
+            raise CouldNotRun(f"{unread[0].message}; nothing was written", fix=unread[0].fix)
+        if bad:
+            refusal = error("manifest-refused", f"{len(bad)} file(s) fail what they are checked against (download "
+                                                "metadata, the present manifest): a manifest would record the damaged "
+                                                "bytes as correct", fix=f"re-download them (clef-format verify {path} "
+                                                                       "--deep lists them), or pass --force")
+            return make_report("manifest", path, layout, [refusal, *bad], details)
     tasks = [HashTask(rel, ck.path(rel), ALGORITHM, size) for rel, size in files.items()]
     results = hash_many(tasks, (progress or NO_PROGRESS).add(f"hashing {len(tasks)} file(s)", sum(files.values())))
     unreadable = [f"{r.key}: {r.error}" for r in results if r.digest is None]

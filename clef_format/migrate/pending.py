@@ -17,6 +17,7 @@ from clef_format.migrate.apply import (
     Lock,
     Target,
     foreign_entries,
+    foreign_lock,
     make_target,
     pending_recovery,
     read_journal,
@@ -76,6 +77,10 @@ def what(target: Target, journal: Journal | None) -> str:
 
 def litter_message(target: Target, display: str) -> str:
     """``--current`` about a workspace or lock with no journal: migrate's litter, or someone's folder."""
+    lock = foreign_lock(target.lock_path)
+    if lock:
+        return (f"{target.lock_path}: {lock}: migrate refuses to run on {display} until it is moved away (it may "
+                "be your data); nothing removes it for you")
     foreign = os.path.lexists(target.ws) and (not os.path.isdir(target.ws) or bool(foreign_entries(target.ws)))
     if foreign:
         return (f"{what(target, None)}: migrate refuses to run on {display} until it is moved away "

@@ -182,7 +182,8 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
         cwd = _cwd()
         with Lock(target):
             try:
-                note = recover(target, ck, abort=opts.abort, wanted=_first_step(ck, opts.to))
+                _refuse_another_source(target, display)
+                note = recover(target, ck, abort=opts.abort, wanted=_first_step(target, opts.to))
             except OSError as exc:
                 report.findings.append(error("migrate-failed", f"finishing the interrupted migration failed: "
                                                                f"{exc.strerror or exc}",
@@ -226,15 +227,30 @@ def _nothing_to_do(ck: Checkpoint, target: Target, opts: Options) -> bool:
         and not os.path.lexists(target.lock_path)
 
 
-def _first_step(ck: Checkpoint, to: str) -> tuple[str, str] | None:
-    """(revision, direction) of the step a run from ``ck`` to ``to`` stages first; None: nothing to do;
-    ``ANY_STEP`` when no route leads there (the run refuses after the recovery, as before)."""
+def _first_step(target: Target, to: str) -> tuple[str, str] | None:
+    """(revision, direction) of the first step from where the interrupted run at ``target`` started (its
+    journal's ``from``) to ``to``: the step that run should be, if this run continues it. None: nothing
+    to do from there; ``ANY_STEP`` when there is no journal or no route (decided as before)."""
     from clef_format import migrations
 
-    route = migrations.path(str(ck.layout), to)
+    journal = read_journal(target)
+    start = journal.get("from") if journal else None
+    route = migrations.path(start, to) if isinstance(start, str) else None
     if route is None:
         return ANY_STEP
     return (route[0].revision, route[0].direction) if route else None
+
+
+def _refuse_another_source(target: Target, display: str) -> None:
+    """An interrupted --output run from another source waits at the target: never finish or resume it
+    in this run's name (its result is that source's)."""
+    journal = read_journal(target)
+    if target.in_place or not journal or journal.get("source") in (None, target.source):
+        return
+    raise Refused("migrate-refused", f"an interrupted migrate from {journal.get('source')} into --output {target.path} "
+                                     f"waits there, not one from {display}; nothing was changed",
+                  f"clef-format migrate {journal.get('source')} --to {journal.get('to')} --output {target.path} "
+                  f"finishes it, or clef-format migrate {target.path} --abort rolls it back; then run this again")
 
 
 def _nothing_message(target: Target, opts: Options, display: str) -> str:
@@ -308,8 +324,16 @@ def _refuse_blocking(ck: Checkpoint, plan: Plan, display: str, edge: Any, dry_ru
 def _refuse_unproven_replacements(ck: Checkpoint, plan: Plan, display: str, edge: Any) -> None:
     """A file migrate replaces or removes loses its reference (download metadata, manifest entry): it is
     first checked against it, or a corrupted download would come out vouched for by a fresh manifest."""
+    from clef_format.read.manifest import MANIFEST_NAME, read_manifest
     from clef_format.verify.deep import reference_findings
 
+    entries, problems = read_manifest(ck)
+    broken = [f for f in problems if f.severity == "error"] if entries is None else []
+    if broken:  # it could not be checked against, and would be left describing the files replaced
+        raise Refused("migrate-refused", f"{MANIFEST_NAME} cannot be used ({broken[0].message}): the files migrate "
+                                         "replaces cannot be checked against it; nothing was changed",
+                      f"restore {MANIFEST_NAME} from the download, or remove it (clef-format manifest {display} "
+                      "writes a new one), then run clef-format migrate again")
     replaced = {o.rel for o in plan.outputs if o.rel in ck.files} | set(plan.removed)
     bad = [f for f in reference_findings(ck, sorted(replaced)) if f.severity == "error"]
     unreadable = [f for f in bad if f.code == "unreadable"]
@@ -324,7 +348,8 @@ def _refuse_unproven_replacements(ck: Checkpoint, plan: Plan, display: str, edge
 def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft) -> ReportDraft:
     from clef_format.migrate.apply import pending_recovery
 
-    will = pending_recovery(target, ck, abort=opts.abort, wanted=_first_step(ck, opts.to))
+    _refuse_another_source(target, report.path)
+    will = pending_recovery(target, ck, abort=opts.abort, wanted=_first_step(target, opts.to))
     report.extra["recovery"] = will
     if opts.abort:  # --abort only deals with an interrupted run: say what it would do, and nothing else
         report.extra["message"] = f"--abort would do this: {will}" if will else "no interrupted migration to roll back"

@@ -317,6 +317,59 @@ def test_a_replaced_file_that_fails_its_reference_is_refused_not_laundered(built
     assert rc == 1 and "hash-mismatch" in [f["code"] for f in out["findings"]]
 
 
+@needs_unprivileged
+def test_a_workspace_name_whose_folders_cannot_be_listed_is_never_removed(fresh, tmp_path: Path) -> None:
+    """A journal-less workspace with a folder this user cannot list looked empty, and was removed with the
+    files in it (the removal opens folders up first). What cannot be looked at is never deleted."""
+    root = fresh("layout-1")
+    ws = root.parent / f".{root.name}.clef-migrate"
+    (ws / "a").mkdir(parents=True)
+    (ws / "a" / "NOTES").write_text("mine")
+    (ws / "a").chmod(0o000)
+    try:
+        for extra in ([], ["--abort"], ["--dry-run"]):
+            rc, out, _ = cli_unprivileged("migrate", str(root), *extra)
+            errors = [f for f in out["findings"] if f["severity"] == "error"]
+            assert rc == 1 and errors and "cannot be listed" in errors[0]["message"], (extra, out)
+    finally:
+        (ws / "a").chmod(0o755)
+    assert (ws / "a" / "NOTES").read_text() == "mine"
+
+
+@pytest.mark.parametrize("kind", ["local_dir", "manifest"])
+def test_manifest_refuses_to_vouch_for_a_file_that_fails_its_reference(built, tmp_path: Path, capsys, kind: str) -> None:
+    """``manifest`` recorded damaged bytes over failing download metadata (or over the manifest they fail),
+    and verify --deep then said "all match": the laundering in two commands. Refused now; --force writes."""
+    root = _with_reference(kind, built, tmp_path, capsys)
+    _flip_a_weight_byte(root / "model.safetensors")
+    before = (root / MANIFEST_NAME).read_bytes() if kind == "manifest" else None
+    rc, out = run(capsys, "manifest", str(root))
+    codes = [f["code"] for f in out["findings"]]
+    assert rc == 1 and codes == ["manifest-refused", "hash-mismatch"], out
+    assert ((root / MANIFEST_NAME).read_bytes() if kind == "manifest" else (root / MANIFEST_NAME).exists()) == (
+        before if kind == "manifest" else False)
+    rc, out = run(capsys, "verify", str(root), "--deep")
+    assert rc == 1 and "hash-mismatch" in [f["code"] for f in out["findings"]]
+    rc, out = run(capsys, "manifest", str(root), "--force")
+    assert rc == 0 and out["written"], out
+
+
+def test_migrate_refuses_a_manifest_it_cannot_check_against(fresh, capsys) -> None:
+    """A duplicate key made the manifest unusable: migrate skipped the check and left the stale manifest."""
+    root = fresh("layout-1")
+    assert run(capsys, "manifest", str(root))[0] == 0
+    text = (root / MANIFEST_NAME).read_text()
+    first = text.index('"files": {') + len('"files": {')
+    entry_end = text.index("}", first) + 1
+    (root / MANIFEST_NAME).write_text(text[:first] + text[first:entry_end] + "," + text[first:])
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    for extra in ([], ["--dry-run"], ["--output", str(root.parent / "out")]):
+        rc, out = run(capsys, "migrate", str(root), *extra)
+        errors = [f for f in out["findings"] if f["severity"] == "error"]
+        assert rc == 1 and errors[0]["code"] == "migrate-refused" and MANIFEST_NAME in errors[0]["message"], out
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+
+
 def test_a_carried_file_that_fails_its_reference_stays_findable_after_migrate(built, tmp_path: Path, capsys) -> None:
     """A file migrate carries unchanged keeps its reference: its damage is still found by --deep after."""
     root = build_local_dir(tmp_path / "dl", built("layout-1"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import resource
 import shutil
 import signal
@@ -500,23 +501,68 @@ def test_a_journal_less_workspace_migrate_left_is_still_removed(fresh, capsys) -
     assert any(f["code"] == "migrate-recovered" for f in out["findings"])
 
 
-@pytest.mark.parametrize("kind", ["dir", "symlink"])
-def test_a_folder_at_the_lock_name_is_named_with_the_fix_that_works(fresh, capsys, tmp_path: Path, kind: str) -> None:
+@pytest.mark.parametrize("kind", ["dir", "symlink-to-dir", "symlink-to-file", "dangling-symlink", "text-file"])
+def test_what_is_not_a_lock_at_the_lock_name_is_never_followed_or_overwritten(fresh, capsys, tmp_path: Path,
+                                                                              kind: str) -> None:
+    """A symlink at the lock name was followed: the file it led to was truncated to migrate's pid (a
+    dangling one created its target), then the symlink deleted. Anything but a pid file is refused,
+    by the run, the dry run, --abort and a run with nothing to do alike, and kept as it was."""
     root = fresh("layout-1")
     lock = root.parent / f".{root.name}.clef-migrate.lock"
+    victim = tmp_path / "precious.txt"
+    victim.write_text("line one\nline two\n")
     if kind == "dir":
         lock.mkdir()
         (lock / "mine").write_text("x")
-    else:
+    elif kind == "symlink-to-dir":
         (tmp_path / "target").mkdir()
         lock.symlink_to(tmp_path / "target")
-    rc, out = run_json(capsys, str(root))
-    (finding,) = [f for f in out["findings"] if f["severity"] == "error"]
-    assert rc == 1 and str(lock) in finding["message"] and finding["fix"].startswith(f"move {lock} away"), out
-    assert "read-only" not in finding["fix"]
+    elif kind == "symlink-to-file":
+        lock.symlink_to(victim)
+    elif kind == "dangling-symlink":
+        lock.symlink_to(tmp_path / "absent")
+    else:
+        lock.write_text("my notes, not a pid\n")
+    before = file_digests(root)
+    for args in ([], ["--dry-run"], ["--abort"], ["--to", "layout-1"]):
+        rc, out = run_json(capsys, str(root), *args)
+        (finding,) = [f for f in out["findings"] if f["severity"] == "error"]
+        assert rc == 1 and str(lock) in finding["message"] and finding["fix"].startswith(f"move {lock} away"), (args, out)
+        assert "read-only" not in finding["fix"]
+        assert ("symlink" in finding["message"]) == kind.startswith(("symlink", "dangling")), finding
+    assert victim.read_text() == "line one\nline two\n" and not (tmp_path / "absent").exists()
+    assert os.path.lexists(lock) and file_digests(root) == before
+    rc, out = run_json(capsys, str(root), "--current")
+    assert "moved away" in out["message"], out
     shutil.move(str(lock), str(tmp_path / "moved"))
     rc, out = run_json(capsys, str(root))
     assert rc == 0 and out["layout"] == "layout-2" and siblings(root) == [], out
+
+
+def test_a_lock_a_killed_run_left_is_taken(fresh, capsys) -> None:
+    root = fresh("layout-1")
+    (root.parent / f".{root.name}.clef-migrate.lock").write_text("12345\n")
+    rc, out = run_json(capsys, str(root))
+    assert rc == 0 and out["layout"] == "layout-2" and siblings(root) == [], out
+
+
+@pytest.mark.parametrize("phase", ["stage:3", "swap:2", "cleanup:1"])
+def test_an_interrupted_output_run_from_another_source_is_never_finished_in_its_name(fresh, capsys, tmp_path: Path,
+                                                                                    phase: str) -> None:
+    """A run from B into OUT "finished" A's interrupted run there and said OUT holds B's result."""
+    a, b, out = fresh("layout-1"), tmp_path / "b", tmp_path / "out"
+    shutil.copytree(a, b)
+    proc = cli("migrate", str(a), "--output", str(out), "--json", env={"CLEF_FORMAT_CRASH_AT": phase})
+    assert proc.returncode == -signal.SIGKILL
+    left = sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock"))  # a killed run's lock: litter
+    for extra in ([], ["--dry-run"]):
+        rc, report = run_json(capsys, str(b), "--output", str(out), *extra)
+        (finding,) = [f for f in report["findings"] if f["severity"] == "error"]
+        assert rc == 1 and finding["code"] == "migrate-refused" and str(a) in finding["message"], report
+        assert finding["fix"].startswith(f"clef-format migrate {a} --to layout-2 --output {out} finishes it")
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == left
+    assert cli(*finding["fix"].split(" finishes it")[0].split()[1:], "--json").returncode == 0  # the fix, followed
+    assert verified(out)[:2] == ("layout-2", True) and siblings(out) == []
 
 
 def test_output_in_a_missing_folder_is_a_usage_error(fresh, tmp_path, capsys) -> None:

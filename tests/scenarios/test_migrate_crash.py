@@ -106,6 +106,22 @@ def test_a_pending_output_run_that_no_longer_applies_is_rolled_back_by_the_fix(f
     assert "message" not in json.loads(capsys.readouterr().out)
 
 
+@pytest.mark.parametrize("phase", ["verify:1", "swap:1", "swap:2", "cleanup:1"])
+def test_going_back_after_an_interrupted_upgrade_restores_the_original_not_a_decoded_copy(fresh, capsys,
+                                                                                         phase: str) -> None:
+    """``migrate PATH --to layout-1`` after an upgrade killed once staged finished the upgrade (discarding the
+    original tree), then downgraded: BF16 tables decoded from int8, not the originals. While the original
+    is whole in the workspace, going back now restores it, byte for byte."""
+    root = fresh("layout-1")
+    before = file_digests(root)
+    proc = cli("migrate", str(root), "--json", env={"CLEF_FORMAT_CRASH_AT": phase})
+    assert proc.returncode == -signal.SIGKILL
+    out = _rerun(capsys, str(root), "--to", "layout-1")
+    assert out["steps"] == [] and out["layout"] == "layout-1", out
+    assert "(this run goes to another layout)" in out["recovered"][0] or phase == "verify:1", out
+    assert file_digests(root) == before and siblings(root) == []
+
+
 @pytest.mark.parametrize("phase", ["swap:2", "cleanup:1", "cleanup:2"])
 def test_an_output_run_killed_after_its_swap_is_finished_and_said_so(fresh, capsys, tmp_path: Path, phase: str) -> None:
     """Resumed after its swap, an --output run reported the layout-1 source as "layout-2 ... already at
