@@ -50,3 +50,16 @@ def test_layers_are_grouped_by_decoder_block_or_as_vision_and_lm_head() -> None:
         if multimodal:
             assert layers["visual.blocks.0.attn.qkv"].group == "vision"
         assert [l.name for l in layers.values() if l.group == "lm_head"] == [head]
+
+
+def test_lm_head_is_a_linear_module_of_the_table_shape() -> None:
+    """vLLM sizes ParallelLMHead from the table: vocab rows of hidden_size (the layer view and memory
+    estimate read both sides)."""
+    from clef_format.fixtures.configs import full_config, tiny_config
+    from clef_format.spec.model_spec import parse_config
+    from clef_format.vllm_rules.names import lm_head_spec
+
+    for raw in (tiny_config(), full_config()):
+        cfg = parse_config(raw)
+        spec = lm_head_spec(cfg)
+        assert (spec.name, spec.out_features, spec.in_features) == ("lm_head", cfg.text.vocab_size, cfg.text.hidden_size)
