@@ -760,10 +760,12 @@ def _walk_entries(root: str) -> Any:
             yield os.path.join(dirpath, name)
 
 
-def refresh_references(plan: Plan, ck: Checkpoint, new_root: str) -> None:
+def refresh_references(plan: Plan, ck: Checkpoint, new_root: str, out_of_place: bool = False) -> None:
     """Migrate owns the references it invalidates: the ``local_dir`` download metadata of every file it
     replaced or removed goes (its etag described the old bytes), and ``clef_manifest.json`` is rewritten
-    for the new files when the source had one, or when a replaced file lost its metadata."""
+    for the new files when the source had one, or when a replaced file lost its metadata. Out of place,
+    the source's download metadata and cache blob names do not travel: the output gets a manifest
+    (its files were checked against those references before the run, ``session``)."""
     from clef_format.migrate.manifest_writer import rewrite_manifest
     from clef_format.read.hf_cache import LOCAL_DIR_DOWNLOAD
 
@@ -774,7 +776,8 @@ def refresh_references(plan: Plan, ck: Checkpoint, new_root: str) -> None:
         if os.path.lexists(meta):
             os.unlink(meta)
             dropped = True
-    rewrite_manifest(ck, new_root, changed, always=dropped)
+    left_behind = out_of_place and (ck.hf_snapshot or os.path.isdir(os.path.join(ck.root, *LOCAL_DIR_DOWNLOAD.split("/"))))
+    rewrite_manifest(ck, new_root, changed, always=dropped or left_behind)
 
 
 def _roll_back(target: Target, exc: BaseException) -> None:
@@ -845,7 +848,7 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
             wait_all([pool.submit(produce, o) for o in big])
         result.entries = _check_carried(entries, plan, target)
-        refresh_references(plan, ck, target.new)
+        refresh_references(plan, ck, target.new, out_of_place=not target.in_place)
         fsutil.finish_tree(ck.root, target.new)
         result.quality = dict(journal["quality"])
         t1 = time.perf_counter()

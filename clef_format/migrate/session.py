@@ -308,7 +308,7 @@ def _route(ck: Checkpoint, to: str) -> list[Any]:
 
 
 def _refuse_blocking(ck: Checkpoint, plan: Plan, display: str, edge: Any, dry_run: bool = False,
-                     downloaded: bool = True) -> None:
+                     downloaded: bool = True, in_place: bool = True) -> None:
     blocking = _blocking(ck, plan, display)
     if blocking:
         summary = "; ".join(f"{f.code} ({f.message})" for f in blocking[:5])
@@ -318,12 +318,14 @@ def _refuse_blocking(ck: Checkpoint, plan: Plan, display: str, edge: Any, dry_ru
     if deep:
         raise deep
     if downloaded:  # the user's files (a later step's input is migrate's own, its references fresh)
-        _refuse_unproven_replacements(ck, plan, display, edge)
+        _refuse_unproven_replacements(ck, plan, display, edge, every_file=not in_place)
 
 
-def _refuse_unproven_replacements(ck: Checkpoint, plan: Plan, display: str, edge: Any) -> None:
+def _refuse_unproven_replacements(ck: Checkpoint, plan: Plan, display: str, edge: Any, every_file: bool = False) -> None:
     """A file migrate replaces or removes loses its reference (download metadata, manifest entry): it is
-    first checked against it, or a corrupted download would come out vouched for by a fresh manifest."""
+    first checked against it, or a corrupted download would come out vouched for by a fresh manifest.
+    ``every_file`` (out of place): download metadata and cache blob names stay with the source, so every
+    file is checked, and the output's manifest then vouches only for bytes that matched."""
     from clef_format.read.manifest import MANIFEST_NAME, read_manifest
     from clef_format.verify.deep import reference_findings
 
@@ -335,13 +337,16 @@ def _refuse_unproven_replacements(ck: Checkpoint, plan: Plan, display: str, edge
                       f"restore {MANIFEST_NAME} from the download, or remove it (clef-format manifest {display} "
                       "writes a new one), then run clef-format migrate again")
     replaced = {o.rel for o in plan.outputs if o.rel in ck.files} | set(plan.removed)
-    bad = [f for f in reference_findings(ck, sorted(replaced)) if f.severity == "error"]
+    checked = replaced | (set(ck.files) if every_file else set())
+    bad = [f for f in reference_findings(ck, sorted(checked)) if f.severity == "error"]
     unreadable = [f for f in bad if f.code == "unreadable"]
     if unreadable:
         raise CouldNotRun(f"{display}: {unreadable[0].message}; nothing was written", fix=unreadable[0].fix)
     if bad:
-        raise Refused("hash-mismatch", f"{bad[0].message}: {edge.revision} would replace {bad[0].file} and drop the "
-                                       "record it fails, so nothing could find the damage later; nothing was changed",
+        what = (f"replace {bad[0].file} and drop the record it fails" if bad[0].file in replaced else
+                f"copy {bad[0].file} to an output that keeps no record of the download")
+        raise Refused("hash-mismatch", f"{bad[0].message}: {edge.revision} would {what}, so nothing could find the "
+                                       "damage later; nothing was changed",
                       f"re-download {bad[0].file} (clef-format verify --deep {display} lists every file that fails)")
 
 
@@ -360,7 +365,7 @@ def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft)
     for i, edge in enumerate(route):
         if i == 0:
             plan = edge.plan(ck)
-            _refuse_blocking(ck, plan, report.path, edge, dry_run=True)
+            _refuse_blocking(ck, plan, report.path, edge, dry_run=True, in_place=target.in_place)
             by_link = carried_by_link(target, ck.hf_snapshot)
             report.extra["steps"].append({"plan": plan.to_dict(by_link)})
             for problem in preflight(target, plan, ck.hf_snapshot, check_lock=True):
@@ -392,7 +397,7 @@ def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraf
     while route:
         edge = route[0]
         plan = edge.plan(ck)
-        _refuse_blocking(ck, plan, display, edge, downloaded=first)
+        _refuse_blocking(ck, plan, display, edge, downloaded=first, in_place=target.in_place)
         first = False
         problems = preflight(target, plan, ck.hf_snapshot, check_lock=False)
         if problems:

@@ -370,6 +370,28 @@ def test_migrate_refuses_a_manifest_it_cannot_check_against(fresh, capsys) -> No
     assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
 
 
+@pytest.mark.parametrize("kind", ["local_dir", "hub_cache"])
+def test_an_output_keeps_a_record_of_the_download_and_refuses_a_damaged_carried_file(built, tmp_path: Path, capsys,
+                                                                                    kind: str) -> None:
+    """Download metadata and cache blob names stay with the source: an --output came out with nothing to
+    check it against, and a carried file damaged in transit passed verify --deep OUT. Every file is now
+    checked first; the output gets a manifest of bytes that matched."""
+    root = _with_reference(kind, built, tmp_path, capsys)
+    out = tmp_path / "out"
+    rc, report = run(capsys, "migrate", str(root), "--output", str(out))
+    assert rc == 0 and (out / MANIFEST_NAME).is_file(), report
+    rc, deep = run(capsys, "verify", str(out), "--deep")
+    assert rc == 0 and any(f["code"] == "deep-verified" for f in deep["findings"]), deep
+    shutil.rmtree(out)
+    _flip_a_weight_byte(Path(os.path.realpath(root / "clef_head" / "joint_head.safetensors")), tensor=None)
+    for extra in ([], ["--dry-run"]):
+        rc, report = run(capsys, "migrate", str(root), "--output", str(out), *extra)
+        errors = [f for f in report["findings"] if f["severity"] == "error"]
+        assert rc == 1 and [f["code"] for f in errors] == ["hash-mismatch"], report
+        assert "clef_head/joint_head.safetensors" in errors[0]["message"] and "copy" in errors[0]["message"]
+    assert not out.exists()
+
+
 def test_a_carried_file_that_fails_its_reference_stays_findable_after_migrate(built, tmp_path: Path, capsys) -> None:
     """A file migrate carries unchanged keeps its reference: its damage is still found by --deep after."""
     root = build_local_dir(tmp_path / "dl", built("layout-1"))
