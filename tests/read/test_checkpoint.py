@@ -380,8 +380,16 @@ def _directory(p: Path) -> None:
     p.mkdir()
 
 
+def _json_value(text: str):  # noqa: ANN202 - a damage: valid JSON that is not an object
+    def damage(p: Path) -> None:
+        p.write_text(text)
+    damage.__name__ = f"json-{text}"
+    return damage
+
+
 @pytest.mark.parametrize("layout", ["layout-2", "layout-2-unmarked", "layout-1"])
-@pytest.mark.parametrize("damage, code", [(_truncate, "bad-config"), (_empty, "bad-config"), (_directory, "missing-file")])
+@pytest.mark.parametrize("damage, code", [(_truncate, "bad-config"), (_empty, "bad-config"), (_directory, "missing-file"),
+                                          *[(_json_value(t), "bad-config") for t in ("[]", "null", '"x"', "1", "true")]])
 def test_a_head_config_never_read_leaves_the_marker_and_the_layout_unknown(fresh, layout, damage, code) -> None:
     """The marker's presence is a statement about content: it is never made from a file that could not
     be parsed (no marker-missing, no migrate fix, no layout-2-unmarked), by verify and the gate alike.
