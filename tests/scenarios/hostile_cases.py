@@ -459,7 +459,7 @@ CASES: list[Case] = [
     # --- the joint head config ---------------------------------------------------------------
     Case("head-config-unknown-keys", edit_json(L.HEAD_CONFIG, lambda c: c.update(dropout=0.1, exec="rm -rf /")),
          "head-unexpected"),
-    Case("head-config-missing-keys", edit_json(L.HEAD_CONFIG, lambda c: c.pop("width")), "head-incomplete"),
+    Case("head-config-missing-keys", edit_json(L.HEAD_CONFIG, lambda c: c.__delitem__("width")), "head-incomplete"),
     Case("head-config-negative", edit_json(L.HEAD_CONFIG, lambda c: c.__setitem__("layers", -4)), "head-incomplete"),
     Case("head-config-layers-hang", edit_json(L.HEAD_CONFIG, lambda c: c.__setitem__("layers", 2**31)),
          "head-incomplete"),
@@ -468,7 +468,7 @@ CASES: list[Case] = [
     Case("head-config-truncated", lambda root: (root / L.HEAD_CONFIG).write_bytes(
         (root / L.HEAD_CONFIG).read_bytes()[:-2]), "bad-config"),
     Case("head-config-empty", replace_bytes(L.HEAD_CONFIG, b""), "bad-config"),
-    Case("head-config-array", json_file(L.HEAD_CONFIG, [4096, 1024]), "head-incomplete"),
+    Case("head-config-array", json_file(L.HEAD_CONFIG, [4096, 1024]), "bad-config"),  # not an object: no config, no marker (the layout unknown)
     # --- downloads and deep verification -----------------------------------------------------
     Case("incomplete-download", replace_bytes("model-00002-of-00002.safetensors.incomplete", b"\0" * 64),
          "partial-download"),
