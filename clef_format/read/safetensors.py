@@ -116,7 +116,12 @@ def _pairs_to_dict(pairs: Any, where: str) -> dict[str, Any]:
     return out
 
 
-_DECODER = json.JSONDecoder(object_pairs_hook=tuple)
+def _no_constant(name: str) -> None:
+    """NaN, Infinity and -Infinity are Python's JSON extensions; safetensors' reader (serde_json) refuses them."""
+    raise ValueError(f"{name} is not a JSON value")
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=tuple, parse_constant=_no_constant)
 
 
 def parse_header(raw: bytes, file_size: int) -> Header:

@@ -283,3 +283,21 @@ def test_a_header_that_is_no_object_or_a_buffer_of_the_wrong_size_says_so(tmp_pa
     with pytest.raises(HeaderError) as exc:
         read_header(path)
     assert (exc.value.reason, str(exc.value)) == (reason, message)
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_python_only_json_constants_in_a_header_are_refused_like_safetensors(tmp_path, constant: str) -> None:
+    """Python's json reads NaN/Infinity; safetensors' reader refuses the file (found by the generated corpus)."""
+    from safetensors import safe_open
+
+    from clef_format.read.safetensors import HeaderError, read_header
+
+    header = ('{"t0": {"dtype": "F32", "shape": [], "data_offsets": [0, 4], "extra": %s}}' % constant).encode()
+    path = tmp_path / "x.safetensors"
+    path.write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 4)
+    with pytest.raises(Exception):
+        with safe_open(path, "np"):
+            pass
+    with pytest.raises(HeaderError) as err:
+        read_header(path)
+    assert err.value.reason == "not-json" and constant.lstrip("-") in str(err.value)
