@@ -66,8 +66,10 @@ def test_a_run_killed_in_cleanup_is_named_by_current_and_following_it_leaves_not
     assert main(["migrate", str(root), "--current", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     if n < 3:
-        assert out["pending"] == "0001_int8_tables upgrade (swapped)" and "message" not in out, out
-        fix = f"clef-format migrate {root}"
+        assert out["pending"] == "0001_int8_tables upgrade (swapped)", out
+        assert out["message"].startswith("an interrupted migrate waits") and (
+            f"clef-format migrate {root} --to layout-2: the interrupted migration" in out["message"]), out
+        fix = f"clef-format migrate {root} --to layout-2"
     else:
         assert out["pending"] is None, out
         fix = out["message"].rsplit(": ", 1)[1]
