@@ -523,6 +523,13 @@ def _decide(target: Target, source_ck: Checkpoint | None, abort: bool, wanted: t
     return "remove", f"rolled back the interrupted migration {what}: the checkpoint changed since", journal
 
 
+def can_roll_back(target: Target) -> bool:
+    """Whether ``--abort`` would undo the interrupted run at ``target`` (not once its cleanup began
+    removing the original tree: then it can only be finished)."""
+    decided = _decide(target, None, True)
+    return decided is None or decided[0] != "cleanup"
+
+
 def pending_recovery(target: Target, source_ck: Checkpoint | None, abort: bool = False,
                      wanted: tuple[str, str] | None = ANY_STEP) -> str | None:
     """What the next run (with ``abort``) will do about an interrupted one, said before doing it."""

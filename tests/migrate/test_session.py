@@ -625,6 +625,18 @@ def test_a_ctrl_c_in_the_last_cleanup_step_of_an_in_place_run_promises_no_rollba
     assert siblings(src) == [] and verified(src)[:2] == ("layout-2", True)
 
 
+def test_a_ctrl_c_once_the_cleanup_removed_the_original_promises_no_rollback(fresh) -> None:
+    src = fresh("layout-1")
+    proc = cli("migrate", str(src), "--to", "layout-2", "--json", env={"CLEF_FORMAT_CRASH_AT": "cleanup:2:INT"},
+               preexec_fn=_sigint_as_from_a_shell)
+    assert proc.returncode == 2
+    fix = json.loads(proc.stdout)["findings"][0]["fix"]
+    assert fix == (f"clef-format migrate {src} finishes the interrupted run (its cleanup had begun: it cannot be "
+                   "rolled back)"), fix
+    assert cli(*fix.split(" finishes")[0].split()[1:], "--json").returncode == 0
+    assert siblings(src) == [] and verified(src)[:2] == ("layout-2", True)
+
+
 def test_a_ctrl_c_during_an_in_place_run_says_to_rerun_it_in_place(fresh) -> None:
     src = fresh("layout-1")
     proc = cli("migrate", str(src), "--to", "layout-2", "--json", env={"CLEF_FORMAT_CRASH_AT": "swap:1:INT"},
