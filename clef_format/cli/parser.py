@@ -51,7 +51,7 @@ def _canonical(value: object) -> object:
     parts = value.split(".")
     if all(p.isdigit() for p in parts) and 2 <= len(parts) <= 3:  # a vLLM version: major.minor[.patch]
         return tuple(int(p) for p in parts) + (0,) * (3 - len(parts))
-    return os.path.normpath(value)
+    return os.path.abspath(value)  # a path: DIR, DIR/, ./DIR and /abs/DIR are one folder
 
 
 class _StoreOnce(argparse.Action):

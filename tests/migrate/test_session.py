@@ -207,6 +207,9 @@ def test_an_option_given_twice_with_the_same_value_is_that_value(fresh, capsys, 
         f for f in out["findings"] if f["severity"] == "error"], out
     rc, out = run_json(capsys, str(root), "--output", str(tmp_path / "o"), "--output", f"{tmp_path}/o/", "--dry-run")
     assert rc == 0, out  # one folder, typed two ways
+    rel = os.path.relpath(tmp_path / "o")
+    rc, out = run_json(capsys, str(root), "--output", rel, "--output", str(tmp_path / "o"), "--dry-run")
+    assert rc == 0, out
     from clef_format.cli.main import main
 
     for twice in (["--vllm-version", "0.28", "--vllm-version", "0.28.0"], ["--vllm-version=0.33.0", "--vllm-version=0.33"]):
