@@ -320,13 +320,6 @@ def _marker_present(head_config: Any) -> bool:
     return isinstance(head_config, dict) and L.MARKER_KEY in head_config
 
 
-def json_type(value: object) -> str:
-    """A parsed JSON value's type, as JSON names it."""
-    if value is None:
-        return "null"
-    return {bool: "boolean", int: "number", float: "number", str: "string", list: "array"}.get(type(value), "object")
-
-
 def read_checkpoint(root: str | os.PathLike[str]) -> Checkpoint:
     """Read files, configs and headers once; detect the layout. Never raises on bad content."""
     ck = Checkpoint(os.fspath(root))
@@ -347,8 +340,9 @@ def read_checkpoint(root: str | os.PathLike[str]) -> Checkpoint:
         seen = len(ck.findings)
         ck.head_config = _read_json(ck, head_cfg_rel)
         if len(ck.findings) == seen and not isinstance(ck.head_config, dict):  # [], null, "x": read, but no
-            ck.findings.append(error("bad-config", f"{head_cfg_rel} is not a JSON object "  # config, marker or not
-                                     f"({json_type(ck.head_config)})", file=head_cfg_rel,
+            shown = json.dumps(ck.head_config)  # config, marker or not
+            ck.findings.append(error("bad-config", f"{head_cfg_rel} is not a JSON object: it holds "
+                                     f"{shown if len(shown) <= 40 else shown[:37] + '...'}", file=head_cfg_rel,
                                      fix="restore the file from the original download"))
             ck.head_config = None
     elif os.path.lexists(ck.path(L.HEAD_CONFIG)) and not any(f.file == L.HEAD_CONFIG for f in ck.findings):

@@ -614,36 +614,25 @@ def test_a_ctrl_c_during_an_output_run_says_how_to_resume_it_never_in_place(fres
     assert verified(out) == ("layout-2", True, [])
 
 
-def test_a_ctrl_c_in_the_last_cleanup_step_of_an_in_place_run_promises_no_rollback(fresh) -> None:
-    """Killed after its cleanup removed the journal, the run is done: the fix said "resumes" (nothing to
-    resume) and --abort "rolls it back" (the original is gone). It names the removal of what is left."""
+IN_PLACE_CTRL_C = [  # (phase, the fix, the command in it that is followed)
+    ("swap:1", "clef-format migrate {src} resumes the interrupted run; add --abort to roll it back instead",
+     "clef-format migrate {src}"),
+    # its cleanup had begun removing the original: a rollback can no longer be promised
+    ("cleanup:2", "clef-format migrate {src} finishes the interrupted run (its cleanup had begun: it cannot be "
+                  "rolled back)", "clef-format migrate {src}"),
+    # after the journal's removal only the leftovers are left: --abort removes them, nothing to resume
+    ("cleanup:3", "clef-format migrate {src} --abort removes what the run left (nothing in it is needed); then "
+                  "clef-format migrate {src} --current shows the layout {src} is at", "clef-format migrate {src} --abort"),
+]
+
+
+@pytest.mark.parametrize("phase,fix,command", IN_PLACE_CTRL_C, ids=[c[0] for c in IN_PLACE_CTRL_C])
+def test_a_ctrl_c_during_an_in_place_run_names_the_command_that_deals_with_it(fresh, phase: str, fix: str,
+                                                                               command: str) -> None:
     src = fresh("layout-1")
-    proc = cli("migrate", str(src), "--to", "layout-2", "--json", env={"CLEF_FORMAT_CRASH_AT": "cleanup:3:INT"},
+    proc = cli("migrate", str(src), "--to", "layout-2", "--json", env={"CLEF_FORMAT_CRASH_AT": f"{phase}:INT"},
                preexec_fn=_sigint_as_from_a_shell)
     assert proc.returncode == 2
-    fix = json.loads(proc.stdout)["findings"][0]["fix"]
-    assert fix == (f"clef-format migrate {src} --abort removes what the run left (nothing in it is needed); then "
-                   f"clef-format migrate {src} --current shows the layout {src} is at"), fix
-    assert cli("migrate", str(src), "--abort", "--json").returncode == 0
+    assert json.loads(proc.stdout)["findings"][0]["fix"] == fix.format(src=src)
+    assert cli(*command.format(src=src).split()[1:], "--json").returncode == 0  # the fix, followed
     assert siblings(src) == [] and verified(src)[:2] == ("layout-2", True)
-
-
-def test_a_ctrl_c_once_the_cleanup_removed_the_original_promises_no_rollback(fresh) -> None:
-    src = fresh("layout-1")
-    proc = cli("migrate", str(src), "--to", "layout-2", "--json", env={"CLEF_FORMAT_CRASH_AT": "cleanup:2:INT"},
-               preexec_fn=_sigint_as_from_a_shell)
-    assert proc.returncode == 2
-    fix = json.loads(proc.stdout)["findings"][0]["fix"]
-    assert fix == (f"clef-format migrate {src} finishes the interrupted run (its cleanup had begun: it cannot be "
-                   "rolled back)"), fix
-    assert cli(*fix.split(" finishes")[0].split()[1:], "--json").returncode == 0
-    assert siblings(src) == [] and verified(src)[:2] == ("layout-2", True)
-
-
-def test_a_ctrl_c_during_an_in_place_run_says_to_rerun_it_in_place(fresh) -> None:
-    src = fresh("layout-1")
-    proc = cli("migrate", str(src), "--to", "layout-2", "--json", env={"CLEF_FORMAT_CRASH_AT": "swap:1:INT"},
-               preexec_fn=_sigint_as_from_a_shell)
-    assert proc.returncode == 2
-    assert json.loads(proc.stdout)["findings"][0]["fix"] == (
-        f"clef-format migrate {src} resumes the interrupted run; add --abort to roll it back instead")
