@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "layers": ("layers_cmd", "per-layer schemes vLLM will build, and GPU memory"),
     "manifest": ("manifest_cmd", "write a hash manifest for fast offline --deep verification"),
     "example": ("example_cmd", "build a small example checkpoint and verify it"),
+    "scan": ("scan_cmd", "every Clef copy on this machine (the HF cache, or folders): state, plugin, fix"),
     "codes": ("codes_cmd", "list every finding code and what it means"),
 }
 

@@ -148,3 +148,36 @@ def render_history(report: Report) -> str:
         lines.append(f"{h['revision']:20} {h['from']} {arrow} {h['to']}   (down_revision {h['down_revision']}): "
                      f"{h['description']}")
     return "\n".join(lines)
+
+
+def _where(row: dict[str, Any]) -> str:
+    if row.get("repo_id") and row.get("revision"):
+        refs = f" ({', '.join(row['refs'])})" if row.get("refs") else ""
+        return f"{row['repo_id']}@{row['revision'][:12]}{refs}"
+    return str(row["where"])
+
+
+def render_scan(report: Report, rows: object = None) -> str:
+    """One table of copies (worst first, each column as wide as its widest cell) and a one-line summary."""
+    d = report.to_dict()
+    colors = {"BROKEN": "error", "unreadable": "error", "warnings": "warning", "OK": "green"}
+    header = ("WHERE", "LAYOUT", "VERDICT", "SERVES WITH", "SIZE", "FIX")
+    cells = [(_where(r), r.get("layout") or "-", r["verdict"], r["serves_with"], human_size(r["size_on_disk"]),
+              r.get("fix") or "-") for r in d["rows"]]
+    widths = [max(len(c[i]) for c in [header, *cells]) for i in range(len(header) - 1)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)) + "  " + header[-1]]
+    for c in cells:
+        verdict = style(c[2].ljust(widths[2]), colors.get(c[2]), True)
+        lines.append("  ".join([c[0].ljust(widths[0]), c[1].ljust(widths[1]), verdict, c[3].ljust(widths[3]),
+                                c[4].rjust(widths[4]), c[5]]))
+    t = d["totals"]
+    lines.append("")
+    lines.append(f"{t['copies']} copies: {t['broken']} broken, {t['unreadable']} unreadable, "
+                 f"{t['to_migrate']} to migrate, {t['to_redownload']} to re-download; "
+                 f"{human_size(t['bytes'])} in all ({', '.join(d['roots'])})")
+    for f in report.findings:
+        if f.code == "scan-limit":
+            lines.append(f"{style('WARNING', 'warning', True)} scan-limit  {f.message}")
+    if not d["rows"]:
+        lines[0:1] = [f"no Clef copy found under {', '.join(d['roots'])}"]
+    return "\n".join(lines)

@@ -95,6 +95,13 @@ def _resolved(path: str) -> str:
     return os.path.join(os.path.realpath(path), *rest)
 
 
+def hub_cache() -> str:
+    """The hub cache folder ``org/name`` resolves in (huggingface_hub's own ``HF_HUB_CACHE``)."""
+    from huggingface_hub import constants
+
+    return constants.HF_HUB_CACHE
+
+
 def cache_roots() -> list[str]:
     """The Hugging Face hub cache folders configured here (env vars as huggingface_hub reads them),
     resolved; read without importing huggingface_hub."""

@@ -203,3 +203,20 @@ def check_pair(layout: Layout, marker: SpecifierSet | None, plugin_version: str,
 def expects_int8_tables(plugin_version: str) -> bool:
     """Whether this plugin version reads the tables from the int8 file (it serves layout-2)."""
     return served_layout(plugin_version) is Layout.LAYOUT_2
+
+
+def servable_by(layout: Layout, head_config: object) -> str:
+    """Which clef-vllm versions can serve a checkpoint, in words: the one pair rule above, read from the
+    layout and the marker of its head config (``none`` when nothing may serve it)."""
+    from clef_format.spec.marker import MarkerError, read_marker
+
+    if layout is Layout.LAYOUT_1:
+        return f"{PLUGIN} 0.1.x"
+    if layout is not Layout.LAYOUT_2:
+        return "none"
+    try:
+        marker = read_marker(head_config) if isinstance(head_config, dict) else None
+    except MarkerError:
+        return "none (invalid marker)"
+    spec = marker if marker is not None else SpecifierSet(MARKER_VALUE)
+    return "none (invalid marker)" if marker_problem(spec) is not None else f"{PLUGIN}{spec}"

@@ -77,6 +77,9 @@ CODES: dict[str, str] = {
     "config-invalid": "a config.json value vLLM or transformers refuses, or that makes them build a model these weights do not fit (a JSON type transformers' strict config classes refuse, architectures, model_type, activations, RoPE, vision heads, special token ids, tied tables)",
     "head-config-invalid": "the joint head config contradicts itself or its tensors (heads must divide width; the feedforward width)",
     "vllm-unproven": "the pattern rules for the --vllm-version asked about are extrapolated from the version table, not proven against that vLLM (info)",
+    "copy-broken": "scan: a copy found on this machine that verify calls BROKEN (its row holds the full report)",
+    "copy-unreadable": "scan: a copy (or a folder that may hold one) could not be read or listed; the scan went on",
+    "scan-limit": "scan stopped descending (depth or entry cap): copies further down were not looked for",
 }
 
 #: Codes that mean the command could not run: the CLI exits 2 when a report holds one of them.

@@ -1,0 +1,138 @@
+"""clef-format scan [ROOT ...] [--json] [--deep] [--fixable [--into DIR]]"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from clef_format.report import Report
+    from clef_format.verify.scan import Row
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("roots", nargs="*", metavar="ROOT",
+                   help="folders to search for Clef checkpoints at any depth (default: the Hugging Face cache, "
+                        "every repo and revision in it)")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout (each row a full verify report)")
+    p.add_argument("--deep", action="store_true", help="also hash every file and decode every scale of every copy")
+    p.add_argument("--fixable", action="store_true",
+                   help="print only the command that fixes each copy (nothing is run), to review and run yourself")
+    p.add_argument("--into", metavar="DIR",
+                   help="with --fixable: where migrated copies of cached snapshots go (default: the current folder)")
+
+
+def _walk(roots: list[str]):  # type: ignore[no-untyped-def]
+    from clef_format.errors import PathNotFound, UsageError
+    from clef_format.read.copies import cache_copies, folder_copies
+    from clef_format.read.hf_cache import hub_cache
+
+    for root in roots:
+        if not root:
+            raise UsageError("an empty ROOT names no folder", fix="give a folder, or no ROOT to scan the Hugging Face cache")
+        if not os.path.isdir(root):
+            raise PathNotFound(f"{root}: no such directory")
+    return folder_copies(roots) if roots else cache_copies(hub_cache())
+
+
+def run(args: argparse.Namespace) -> int:
+    from clef_format.cli.output import finish
+    from clef_format.cli.progress import TerminalProgress
+    from clef_format.errors import UsageError
+    from clef_format.verify.scan import scan
+
+    if args.into is not None and not args.fixable:
+        raise UsageError("--into is used only with --fixable", fix="add --fixable, or drop --into")
+    walk = _walk(args.roots)
+    with TerminalProgress() as progress:
+        rows = scan(walk, deep=args.deep, progress=progress)
+    report = scan_report(args.roots, rows, walk.limits)
+    if args.fixable and not args.json:
+        from clef_format.cli.output import exit_status
+
+        print(fix_script(rows, args.into or os.getcwd()))
+        return exit_status(report)
+
+    def human(r: Report) -> str:
+        from clef_format.cli.render import render_scan
+
+        return render_scan(r, rows)
+
+    if args.fixable:  # --json --fixable: the commands as one more key
+        report = _with(report, {"commands": fix_commands(rows, args.into or os.getcwd())})
+    return finish(report, args.json, human)
+
+
+def _with(report: Report, extra: dict) -> Report:  # type: ignore[type-arg]
+    from clef_format.report import make_report
+
+    return make_report(report.command, report.path, report.layout, report.findings, {**report.details, **extra})
+
+
+def scan_report(roots: list[str], rows: list[Row], limits: tuple[str, ...]) -> Report:
+    """The contract's one object: a finding per copy that is not OK, the rows, the totals."""
+    from clef_format.read.hf_cache import hub_cache
+    from clef_format.report import make_report
+    from clef_format.spec.findings import error, warning
+
+    findings = []
+    for row in rows:
+        first = next((f for f in row.report.findings if f.severity == "error"), None)
+        if row.verdict == "BROKEN" and first is not None:
+            findings.append(error("copy-broken", f"{row.copy.display}: {first.code}: {first.message}",
+                                  file=row.copy.path, fix=row.fix))
+        elif row.verdict == "unreadable":
+            findings.append(warning("copy-unreadable", f"{row.copy.display}: {row.report.findings[0].message}",
+                                    file=row.copy.path, fix=row.fix))
+    findings.extend(warning("scan-limit", text, fix="scan narrower roots") for text in limits)
+    totals = {
+        "copies": len(rows),
+        "broken": sum(r.verdict == "BROKEN" for r in rows),
+        "unreadable": sum(r.verdict == "unreadable" for r in rows),
+        "warnings": sum(r.verdict == "warnings" for r in rows),
+        "ok": sum(r.verdict == "OK" for r in rows),
+        "to_migrate": sum(r.to_migrate for r in rows),
+        "to_redownload": sum(r.to_redownload for r in rows),
+        "bytes": sum(r.size for r in rows),
+    }
+    where = ", ".join(roots) if roots else hub_cache()
+    return make_report("scan", where, None, findings,
+                       {"roots": list(roots) or [hub_cache()], "rows": [r.to_dict() for r in rows], "totals": totals})
+
+
+def fix_commands(rows: list[Row], into: str) -> list[dict[str, str]]:
+    """Per copy that is not OK: the command that fixes it (a migrate), or the advice when no command can."""
+    import re
+    import shlex
+
+    from clef_format.read.hf_cache import in_hf_cache
+
+    out = []
+    for row in rows:
+        if row.verdict == "OK" or not row.fix:
+            continue
+        to = re.search(r"clef-format migrate \S+ --to (\S+)", row.fix)
+        if row.to_migrate and to is not None:
+            target = to.group(1).rstrip(",;.")
+            command = f"clef-format migrate {shlex.quote(row.copy.display)} --to {target}"
+            if in_hf_cache(row.copy.path):  # a cached snapshot is never written: a migrated copy beside it
+                name = (row.copy.repo_id or os.path.basename(row.copy.path)).replace("/", "--")
+                rev = (row.copy.revision or "")[:12]
+                out_dir = os.path.join(os.path.abspath(into), f"{name}-{rev}-{target}" if rev else f"{name}-{target}")
+                command += f" --output {shlex.quote(out_dir)}"
+            out.append({"where": row.copy.display, "command": command})
+        else:
+            out.append({"where": row.copy.display, "advice": row.fix})
+    return out
+
+
+def fix_script(rows: list[Row], into: str) -> str:
+    """``--fixable`` as text: one runnable command per line; advice that is no command as a comment."""
+    lines = []
+    for item in fix_commands(rows, into):
+        if "command" in item:
+            lines.append(item["command"])
+        else:
+            lines.append(f"# {item['where']}: {item['advice']}")
+    return "\n".join(lines) if lines else "# nothing to fix"

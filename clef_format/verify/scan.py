@@ -1,0 +1,106 @@
+"""scan: every Clef copy found, each verified as ``clef-format verify`` verifies it, one row per copy.
+
+Pure reading: discovery is ``read.copies``, judging is ``verify.run.verify_checkpoint`` on each copy
+(the same checks, the same findings, ``--deep`` included), and a row adds only what a table of copies
+needs: where the copy is, its verdict, which plugin versions can serve it, its size and its first fix.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from clef_format.progress import Progress
+
+from clef_format.read.copies import Copy, Walk, size_on_disk
+from clef_format.records import Record
+from clef_format.report import Report, make_report
+from clef_format.spec.findings import error
+
+#: Verdicts, in the order a table shows them (worst first).
+VERDICTS = ("BROKEN", "unreadable", "warnings", "OK")
+
+
+class Row(Record):
+    """One copy and its verify report."""
+
+    copy: Copy
+    report: Report
+    verdict: str
+    serves_with: str
+    size: int
+    fix: str | None
+
+    @property
+    def to_migrate(self) -> bool:
+        return bool(self.fix) and "clef-format migrate" in (self.fix or "")
+
+    @property
+    def to_redownload(self) -> bool:
+        return self.verdict == "BROKEN" and not self.to_migrate and "download" in (self.fix or "")
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.copy
+        return {**self.report.to_dict(), "where": c.display, "repo_id": c.repo_id, "revision": c.revision,
+                "refs": list(c.refs), "verdict": self.verdict, "serves_with": self.serves_with,
+                "size_on_disk": self.size, "fix": self.fix}
+
+
+def verdict_of(report: Report) -> str:
+    if report.could_not_run:
+        return "unreadable"
+    if not report.ok:
+        return "BROKEN"
+    return "warnings" if any(f.severity == "warning" for f in report.findings) else "OK"
+
+
+def first_fix(report: Report) -> str | None:
+    """The fix of the first error, else of the first warning (the one thing to do first)."""
+    for severity in ("error", "warning"):
+        for f in report.findings:
+            if f.severity == severity and f.fix:
+                return f.fix
+    return None
+
+
+def _unreadable_report(copy: Copy) -> Report:
+    finding = error("unreadable", f"{copy.path}: cannot be listed ({copy.unreadable})",
+                    fix="make the folder readable (permissions), then scan again")
+    return make_report("verify", copy.display, None, [finding])
+
+
+def judge(copy: Copy, deep: bool = False) -> Row:
+    """verify's report of one copy, as a row; a copy that cannot be read is a row saying so, never an exception."""
+    from clef_format.errors import CouldNotRun
+    from clef_format.read.checkpoint import read_checkpoint
+    from clef_format.spec.compat import servable_by
+    from clef_format.verify.run import verify_checkpoint
+
+    serves = "none"
+    if copy.unreadable is not None:
+        report = _unreadable_report(copy)
+    else:
+        try:
+            ck = read_checkpoint(copy.path)
+            report = verify_checkpoint(ck, copy.display, deep=deep)
+            serves = servable_by(ck.layout, ck.head_config)
+        except CouldNotRun as exc:
+            report = make_report("verify", copy.display, None, [error(exc.code, str(exc), fix=exc.fix)])
+        except OSError as exc:
+            report = _unreadable_report(copy._replace(unreadable=exc.strerror or str(exc)))
+    size = size_on_disk(copy.path) if copy.unreadable is None else 0
+    return Row(copy, report, verdict_of(report), serves, size, first_fix(report))
+
+
+def scan(walk: Walk, deep: bool = False, progress: Progress | None = None) -> list[Row]:
+    """Verify every copy of ``walk``; rows sorted worst verdict first, then by where."""
+    from clef_format.progress import NO_PROGRESS
+
+    advance = (progress or NO_PROGRESS).add(f"scanning {len(walk.copies)} copies", len(walk.copies))
+    rows = []
+    for copy in walk.copies:
+        rows.append(judge(copy, deep))
+        advance(1)
+    rows.sort(key=lambda r: (VERDICTS.index(r.verdict), r.copy.display))
+    return rows

@@ -1,0 +1,212 @@
+"""clef-format scan: every Clef copy of a real-layout Hugging Face cache and of folders, judged as verify judges it.
+
+The cache is built in huggingface_hub's own layout (its ``scan_cache_dir`` must accept it and agree with
+every repo, revision, ref and size scan reports); each verdict is compared with what ``clef-format verify``
+says of the same copy, and every fix ``scan --fixable`` prints is run and the result rescanned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clef_format.fixtures.broken import build_broken
+from clef_format.fixtures.builders import build_checkpoint
+from clef_format.fixtures.hub_cache import build_hub_cache, build_local_dir, fake_commit
+
+ROOT = Path(__file__).resolve().parents[2]
+SETPRIV = shutil.which("setpriv")
+UNPRIVILEGED = ([SETPRIV, "--bounding-set=-dac_override,-dac_read_search", "--"]
+                if SETPRIV and os.geteuid() == 0 else [])
+
+#: repo id -> [(ref or None, how the revision is built)]: each of the five states across repos and revisions.
+REVISIONS = {
+    "kurcontko/clef-flash-NVFP4-Hybrid": [("v1", "layout-1"), ("main", "layout-2"), (None, "unmarked")],
+    "Cloudflare/clef-flash": [("main", "original-release")],
+    "alpha-x-ai/clef-flash-NVFP4": [("main", "marker-invalid"), ("refs/pr/1", "no-head-at-all"), (None, "legacy")],
+}
+
+
+def _state(directory: Path, kind: str) -> Path:
+    if kind in ("layout-1", "layout-2", "original-release"):
+        return build_checkpoint(directory, kind)
+    return build_broken(directory, kind)
+
+
+def _env(cache: Path) -> dict[str, str]:
+    return {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+
+
+def cli(env: dict[str, str], *argv: str, prefix: list[str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*(prefix or []), sys.executable, "-m", "clef_format", *argv], capture_output=True, text=True,
+                          env=env, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("scan")
+    cache = base / "hub"
+    for repo_id, revisions in REVISIONS.items():
+        for i, (ref, kind) in enumerate(revisions):
+            src = _state(base / "src" / f"{repo_id.replace('/', '--')}-{i}", kind)
+            build_hub_cache(cache, repo_id, src, revision=ref or f"unreferenced-{i}", commit=fake_commit(f"{repo_id}{i}"))
+            if ref is None:  # a revision no ref points to (an older download whose ref moved on)
+                (cache / f"models--{repo_id.replace('/', '--')}" / "refs" / f"unreferenced-{i}").unlink()
+    # unrelated repos: a model without a Clef head, a dataset
+    plain = base / "src" / "plain"
+    plain.mkdir(parents=True)
+    (plain / "config.json").write_text('{"model_type": "bert"}')
+    (plain / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
+    for i in range(3):
+        build_hub_cache(cache, f"someone/unrelated-{i}", plain)
+    data = cache / "datasets--someone--data" / "snapshots" / fake_commit("d")
+    data.mkdir(parents=True)
+    (data / "train.jsonl").write_text("{}\n")
+    # folders: a local_dir download, a server's models folder, a symlink that must not be followed
+    folders = base / "models"
+    build_local_dir(folders / "clef-local", _state(base / "src" / "local", "layout-1"))
+    _state(folders / "deep" / "er" / "clef-unmarked", "unmarked")
+    (folders / "link-to-cache").symlink_to(cache, target_is_directory=True)
+    return {"cache": cache, "folders": folders, "base": base}
+
+
+def _scan(env: dict[str, str], *argv: str) -> tuple[int, dict]:
+    proc = cli(env, "scan", *argv, "--json")
+    assert proc.stderr == "" or "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_the_fixture_cache_is_huggingface_hubs_own_layout_and_scan_lists_what_it_lists(world: dict[str, Path]) -> None:
+    from huggingface_hub import scan_cache_dir
+
+    info = scan_cache_dir(world["cache"])
+    assert not info.warnings
+    _, out = _scan(_env(world["cache"]))
+    got = {(r["repo_id"], r["revision"]): r for r in out["rows"]}
+    expected = {}
+    for repo in info.repos:
+        if repo.repo_type != "model" or repo.repo_id not in REVISIONS:
+            continue
+        for rev in repo.revisions:
+            expected[(repo.repo_id, rev.commit_hash)] = rev
+    assert set(got) == set(expected)  # every Clef revision, referenced or not; no unrelated repo
+    for key, rev in expected.items():
+        assert sorted(got[key]["refs"]) == sorted(rev.refs)
+        assert got[key]["size_on_disk"] == rev.size_on_disk
+    assert out["totals"]["copies"] == sum(len(v) for v in REVISIONS.values())
+
+
+def test_each_rows_verdict_is_verifys(world: dict[str, Path]) -> None:
+    env = _env(world["cache"])
+    code, out = _scan(env, )
+    roots_code, roots_out = _scan(env, str(world["folders"]))
+    rows = out["rows"] + roots_out["rows"]
+    assert len(roots_out["rows"]) == 2  # the local_dir copy and the deep one; the symlink to the cache not followed
+    for row in rows:
+        proc = cli(env, "verify", row["where"], "--json")
+        verified = json.loads(proc.stdout)
+        assert (row["layout"], row["ok"], row["findings"]) == (verified["layout"], verified["ok"], verified["findings"])
+        assert row["verdict"] == ("BROKEN" if proc.returncode == 1 else "unreadable" if proc.returncode == 2 else
+                                  "warnings" if any(f["severity"] == "warning" for f in verified["findings"]) else "OK")
+    assert code == 1 and not out["ok"]  # broken copies are errors of the scan
+    states = {(r["layout"], r["verdict"]) for r in rows}
+    assert {("layout-1", "warnings"), ("layout-2", "OK"), ("layout-2-unmarked", "BROKEN"),
+            ("unknown", "BROKEN")} <= states and any(layout == "original-release" for layout, _ in states)
+    verdicts = [r["verdict"] for r in out["rows"]]
+    assert verdicts == sorted(verdicts, key=["BROKEN", "unreadable", "warnings", "OK"].index)  # worst first
+
+
+def test_text_table_and_summary(world: dict[str, Path]) -> None:
+    proc = cli(_env(world["cache"]), "scan")
+    lines = proc.stdout.splitlines()
+    assert lines[0].split() == ["WHERE", "LAYOUT", "VERDICT", "SERVES", "WITH", "SIZE", "FIX"]
+    n = sum(len(v) for v in REVISIONS.values())
+    assert len([x for x in lines[1:] if x.strip()]) == n + 1  # one line per copy, then the summary
+    assert lines[-1].startswith(f"{n} copies: ") and "to migrate" in lines[-1] and "to re-download" in lines[-1]
+    assert "kurcontko/clef-flash-NVFP4-Hybrid@" in proc.stdout and "(main)" in proc.stdout and "(v1)" in proc.stdout
+    # the column of plugins: the one pair rule
+    layout1 = next(x for x in lines if "(v1)" in x)
+    assert "clef-vllm 0.1.x" in layout1
+    layout2 = next(x for x in lines if "Hybrid" in x and "(main)" in x)
+    assert "clef-vllm>=0.2.0" in layout2
+
+
+def _tree(root: Path) -> dict[str, tuple[bool, int]]:
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath, name)
+            out[str(p.relative_to(root))] = (p.is_symlink(), p.lstat().st_mtime_ns)
+    return out
+
+
+def test_fixable_prints_commands_that_fix_each_copy_and_never_write_the_cache(world: dict[str, Path], tmp_path: Path) -> None:
+    cache = tmp_path / "hub"
+    shutil.copytree(world["cache"], cache, symlinks=True)
+    folders = tmp_path / "models"
+    shutil.copytree(world["folders"], folders, symlinks=True)
+    env = _env(cache)
+    before = _tree(cache)
+    into = tmp_path / "fixed"
+    into.mkdir()
+    script = cli(env, "scan", "--fixable", "--into", str(into)).stdout + "\n" + \
+        cli(env, "scan", str(folders), "--fixable").stdout
+    commands = [x for x in script.splitlines() if x and not x.startswith("#")]
+    assert commands and all(c.startswith("clef-format migrate ") for c in commands)
+    assert all("--output" in c for c in commands if "@" in c)  # a cached snapshot: never in place
+    for command in commands:
+        argv = shlex.split(command)[1:]
+        proc = cli(env, *argv, cwd=tmp_path)
+        assert proc.returncode == 0, (command, proc.stdout, proc.stderr)
+    assert _tree(cache) == before  # the cache was never written
+    _, rescanned = _scan(env, str(into), str(folders))
+    fixed = {r["where"]: r["verdict"] for r in rescanned["rows"]}
+    assert fixed and all(v == "OK" for v in fixed.values()), fixed
+    # each cached copy that had a migrate fix now has an OK migrated copy
+    assert len([w for w in fixed if w.startswith(str(into))]) == len([c for c in commands if "@" in c])
+
+
+def test_an_unlistable_folder_is_a_row_not_an_abort(world: dict[str, Path], tmp_path: Path) -> None:
+    if os.geteuid() == 0 and not UNPRIVILEGED:
+        pytest.skip("root without setpriv: permissions are not enforced")
+    root = tmp_path / "models"
+    build_checkpoint(root / "good", "layout-2")
+    closed = root / "closed"
+    closed.mkdir()
+    closed.chmod(0)
+    try:
+        proc = cli(_env(world["cache"]), "scan", str(root), "--json", prefix=UNPRIVILEGED)
+    finally:
+        closed.chmod(0o755)
+    out = json.loads(proc.stdout)
+    verdicts = {r["where"]: r["verdict"] for r in out["rows"]}
+    assert verdicts == {str(closed): "unreadable", str(root / "good"): "OK"}
+    assert proc.returncode == 0 and [f["code"] for f in out["findings"]] == ["copy-unreadable"]
+
+
+def test_depth_cap_is_a_finding_not_a_traceback(tmp_path: Path, world: dict[str, Path]) -> None:
+    from clef_format.read.copies import MAX_DEPTH
+
+    deep = tmp_path.joinpath(*["d"] * (MAX_DEPTH + 3))
+    deep.mkdir(parents=True)
+    code, out = _scan(_env(world["cache"]), str(tmp_path))
+    assert code == 0 and [f["code"] for f in out["findings"]] == ["scan-limit"]
+
+
+def test_usage(world: dict[str, Path], tmp_path: Path) -> None:
+    env = _env(world["cache"])
+    for argv, code in ((["scan", str(tmp_path / "nope")], "path-not-found"), (["scan", ""], "usage-error"),
+                       (["scan", "--into", str(tmp_path)], "usage-error")):
+        proc = cli(env, *argv, "--json")
+        assert proc.returncode == 2 and json.loads(proc.stdout)["findings"][0]["code"] == code
+    empty = tmp_path / "empty-cache"
+    empty.mkdir()
+    proc = cli(_env(empty), "scan")
+    assert proc.returncode == 0 and "no Clef copy found" in proc.stdout
