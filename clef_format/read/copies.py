@@ -194,11 +194,11 @@ def folder_copies(roots: list[str]) -> Walk:
     return Walk(tuple(copies), tuple(limits))
 
 
-def size_on_disk(path: str) -> int:
-    """Bytes of the files a copy holds, each blob or file counted once (huggingface_hub's
-    ``size_on_disk`` of a revision: the unique blobs its entries point to)."""
-    total = 0
-    seen: set[tuple[int, int]] = set()
+def files_on_disk(path: str) -> dict[tuple[int, int], int]:
+    """(st_dev, st_ino) -> bytes of each file a copy holds: a blob or file counted once, as huggingface_hub's
+    ``size_on_disk`` of a revision counts the unique blobs its entries point to (and revisions that share
+    blobs are counted once in a total)."""
+    out: dict[tuple[int, int], int] = {}
     stack = [path]
     while stack:
         folder = stack.pop()
@@ -215,7 +215,6 @@ def size_on_disk(path: str) -> int:
                 st = os.stat(entry.path)  # a snapshot entry is a link to its blob: the blob's size
             except OSError:
                 continue
-            if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) not in seen:
-                seen.add((st.st_dev, st.st_ino))
-                total += st.st_size
-    return total
+            if stat.S_ISREG(st.st_mode):
+                out[(st.st_dev, st.st_ino)] = st.st_size
+    return out

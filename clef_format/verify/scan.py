@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
     from clef_format.progress import Progress
 
-from clef_format.read.copies import Copy, Walk, size_on_disk
+from clef_format.read.copies import Copy, Walk, files_on_disk
 from clef_format.records import Record
 from clef_format.report import Report, make_report
 from clef_format.spec.findings import error
@@ -29,8 +29,12 @@ class Row(Record):
     report: Report
     verdict: str
     serves_with: str
-    size: int
+    files: dict[tuple[int, int], int]  # what it holds on disk: (st_dev, st_ino) -> bytes
     fix: str | None
+
+    @property
+    def size(self) -> int:
+        return sum(self.files.values())
 
     @property
     def to_migrate(self) -> bool:
@@ -45,6 +49,14 @@ class Row(Record):
         return {**self.report.to_dict(), "where": c.display, "repo_id": c.repo_id, "revision": c.revision,
                 "refs": list(c.refs), "verdict": self.verdict, "serves_with": self.serves_with,
                 "size_on_disk": self.size, "fix": self.fix}
+
+
+def unique_bytes(rows: list[Row]) -> int:
+    """Bytes on disk of all the copies together: a blob shared by revisions counted once."""
+    seen: dict[tuple[int, int], int] = {}
+    for row in rows:
+        seen.update(row.files)
+    return sum(seen.values())
 
 
 def verdict_of(report: Report) -> str:
@@ -89,18 +101,56 @@ def judge(copy: Copy, deep: bool = False) -> Row:
             report = make_report("verify", copy.display, None, [error(exc.code, str(exc), fix=exc.fix)])
         except OSError as exc:
             report = _unreadable_report(copy._replace(unreadable=exc.strerror or str(exc)))
-    size = size_on_disk(copy.path) if copy.unreadable is None else 0
-    return Row(copy, report, verdict_of(report), serves, size, first_fix(report))
+    files = files_on_disk(copy.path) if copy.unreadable is None else {}
+    return Row(copy, report, verdict_of(report), serves, files, first_fix(report))
 
 
-def scan(walk: Walk, deep: bool = False, progress: Progress | None = None) -> list[Row]:
-    """Verify every copy of ``walk``; rows sorted worst verdict first, then by where."""
+def _judged(copy: Copy, deep: bool) -> tuple:  # type: ignore[type-arg]
+    """``judge`` in a worker process: the row as plain picklable parts (a report's details are read-only)."""
+    row = judge(copy, deep)
+    r = row.report
+    return row._replace(report=(r.command, r.path, r.layout, r.findings, dict(r.details)))
+
+
+def _rebuilt(parts: Row) -> Row:
+    return parts._replace(report=make_report(*parts.report))
+
+
+def scan(walk: Walk, deep: bool = False, progress: Progress | None = None, workers: int | None = None) -> list[Row]:
+    """Verify every copy of ``walk``; rows sorted worst verdict first, then by where.
+
+    Copies are judged in parallel processes, one per core (verify is CPU-bound Python; measured in
+    benchmarks/RESULTS.md, "scan"), forked after the verify modules are imported; one core or a
+    handful of copies: in this process.
+    """
+    import os
+
     from clef_format.progress import NO_PROGRESS
 
     advance = (progress or NO_PROGRESS).add(f"scanning {len(walk.copies)} copies", len(walk.copies))
-    rows = []
-    for copy in walk.copies:
-        rows.append(judge(copy, deep))
-        advance(1)
+    workers = workers or min(len(os.sched_getaffinity(0)), len(walk.copies))
+    rows: list[Row] = []
+    if workers < 2 or len(walk.copies) < 4:
+        for copy in walk.copies:
+            rows.append(judge(copy, deep))
+            advance(1)
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        import clef_format.read.checkpoint  # noqa: F401  imported once, before the fork
+        import clef_format.verify.run  # noqa: F401
+
+        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+        try:
+            for future in as_completed([pool.submit(_judged, copy, deep) for copy in walk.copies]):
+                rows.append(_rebuilt(future.result()))
+                advance(1)
+        except BaseException:  # Ctrl-C: the workers stop now, not after the copies they are hashing
+            for child in multiprocessing.active_children():
+                child.terminate()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
     rows.sort(key=lambda r: (VERDICTS.index(r.verdict), r.copy.display))
     return rows

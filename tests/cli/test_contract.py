@@ -48,6 +48,8 @@ NOT_APPLICABLE = {
     ("codes", "unreadable-file"): "codes takes no path",
     ("codes", "interrupted"): "codes finishes before a signal can arrive",
     ("layers", "interrupted"): "layers reads two JSON files and finishes before a signal can arrive",
+    ("scan", "unreadable-file"): "a copy whose file cannot be read is a row (verdict unreadable, finding "
+                                 "copy-unreadable) and the scan goes on: tests/verify/test_scan.py",
 }
 
 Setup = Callable[[Path], "list[str] | tuple[list[str], dict[str, str]]"]
@@ -140,6 +142,12 @@ def cases(built: Callable[..., Path]) -> dict[tuple[str, str], Setup]:
         ("example", "ok"): lambda t: ["example", str(t / "new")],
         ("example", "usage"): lambda t: ["example", str(good(t))],  # exists and is not empty
         ("example", "permission-denied"): lambda t: (t / "ro").mkdir(mode=0o555) or ["example", str(t / "ro" / "x")],
+        ("scan", "ok"): lambda t: ["scan", str(good(t).parent)],
+        ("scan", "errors"): lambda t: ["scan", str(broken(t).parent)],
+        ("scan", "usage"): lambda t: ["scan", str(t), "--jobs", "0"],
+        ("scan", "path-missing"): lambda t: ["scan", str(missing(t))],
+        ("scan", "permission-denied"): lambda t: ["scan", str(unreadable_dir(t))],
+        ("scan", "interrupted"): lambda t: ["scan", str(full(t).parent), "--deep"],
         ("codes", "ok"): lambda t: ["codes"],
         ("codes", "usage"): lambda t: ["codes", "extra-argument"],
     }

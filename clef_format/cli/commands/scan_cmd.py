@@ -19,12 +19,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--deep", action="store_true", help="also hash every file and decode every scale of every copy")
     p.add_argument("--fixable", action="store_true",
                    help="print only the command that fixes each copy (nothing is run), to review and run yourself")
+    p.add_argument("--jobs", metavar="N", type=_jobs, help="copies verified at once (default: one per core)")
     p.add_argument("--into", metavar="DIR",
                    help="with --fixable: where migrated copies of cached snapshots go (default: the current folder)")
 
 
+def _jobs(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number of jobs")
+    return int(value)
+
+
 def _walk(roots: list[str]):  # type: ignore[no-untyped-def]
-    from clef_format.errors import PathNotFound, UsageError
+    from clef_format.errors import CouldNotRun, PathNotFound, UsageError
     from clef_format.read.copies import cache_copies, folder_copies
     from clef_format.read.hf_cache import hub_cache
 
@@ -33,6 +40,11 @@ def _walk(roots: list[str]):  # type: ignore[no-untyped-def]
             raise UsageError("an empty ROOT names no folder", fix="give a folder, or no ROOT to scan the Hugging Face cache")
         if not os.path.isdir(root):
             raise PathNotFound(f"{root}: no such directory")
+        try:
+            os.scandir(root).close()
+        except OSError as exc:  # a root that cannot be listed: nothing can be said (a folder below it is a row)
+            raise CouldNotRun(f"{root}: {exc.strerror or exc}", code="unreadable",
+                              fix="make the folder readable (permissions), or scan another root") from None
     return folder_copies(roots) if roots else cache_copies(hub_cache())
 
 
@@ -46,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--into is used only with --fixable", fix="add --fixable, or drop --into")
     walk = _walk(args.roots)
     with TerminalProgress() as progress:
-        rows = scan(walk, deep=args.deep, progress=progress)
+        rows = scan(walk, deep=args.deep, progress=progress, workers=args.jobs)
     report = scan_report(args.roots, rows, walk.limits)
     if args.fixable and not args.json:
         from clef_format.cli.output import exit_status
@@ -75,6 +87,7 @@ def scan_report(roots: list[str], rows: list[Row], limits: tuple[str, ...]) -> R
     from clef_format.read.hf_cache import hub_cache
     from clef_format.report import make_report
     from clef_format.spec.findings import error, warning
+    from clef_format.verify.scan import unique_bytes
 
     findings = []
     for row in rows:
@@ -94,7 +107,7 @@ def scan_report(roots: list[str], rows: list[Row], limits: tuple[str, ...]) -> R
         "ok": sum(r.verdict == "OK" for r in rows),
         "to_migrate": sum(r.to_migrate for r in rows),
         "to_redownload": sum(r.to_redownload for r in rows),
-        "bytes": sum(r.size for r in rows),
+        "bytes": unique_bytes(rows),
     }
     where = ", ".join(roots) if roots else hub_cache()
     return make_report("scan", where, None, findings,
