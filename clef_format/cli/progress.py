@@ -47,11 +47,12 @@ class TerminalProgress:
             self._tqdm = tqdm
         return self
 
-    def add(self, description: str, total: int) -> Callable[[int], None]:
+    def add(self, description: str, total: int, unit: str = "B") -> Callable[[int], None]:
         if self._tqdm is None:
             return _ignore
         with self._lock:
-            bar = self._tqdm(total=total, desc=description, unit="B", unit_scale=True, unit_divisor=1024,
+            scaled = unit == "B"  # bytes in KiB/MiB; anything else counted as it is
+            bar = self._tqdm(total=total, desc=description, unit=unit, unit_scale=scaled, unit_divisor=1024,
                              file=sys.stderr, leave=False, disable=False, dynamic_ncols=True,
                              position=len(self._bars), bar_format="{desc} {bar} {n_fmt}/{total_fmt} {rate_fmt} {remaining}")
             self._bars.append(bar)

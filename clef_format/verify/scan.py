@@ -127,7 +127,7 @@ def scan(walk: Walk, deep: bool = False, progress: Progress | None = None, worke
 
     from clef_format.progress import NO_PROGRESS
 
-    advance = (progress or NO_PROGRESS).add(f"scanning {len(walk.copies)} copies", len(walk.copies))
+    advance = (progress or NO_PROGRESS).add("verifying copies", len(walk.copies), unit=" copies")
     workers = workers or min(len(os.sched_getaffinity(0)), len(walk.copies))
     rows: list[Row] = []
     if workers < 2 or len(walk.copies) < 4:
