@@ -604,15 +604,49 @@ def resolve_hf(cfg: ModelConfig, qc: QuantConfig) -> Mapping[str, HfDecision]:
 # ----------------------------------------------------------------------------- stored tensors
 
 
+#: The schemes vLLM builds whose parameters a stored layout fills (``schemes.stored_layout``): the tensors
+#: pick the layout, the config group (its ``input_activations``, their ``dynamic`` flag) the scheme within it.
+#: Read from each scheme class's ``create_weights`` (vLLM 0.28/0.33): WNA16, WNA8/WNA4 Int and W4A8 Int pack
+#: int weights into I32 ``weight_packed``; W8A8 Int8 and WNA8O8 Int keep an I8 ``weight``; FP8 W8A8 (dynamic
+#: activations) and W8A16 store no ``input_scale``, static FP8 W8A8 does.
+LAYOUT_SCHEMES: dict[str, frozenset[str]] = {
+    schemes.UNQUANTIZED: frozenset({schemes.UNQUANTIZED}),
+    schemes.LAYOUT_NVFP4: frozenset({schemes.NVFP4_W4A4}),
+    schemes.LAYOUT_NVFP4_A16: frozenset({NVFP4_W4A16}),
+    schemes.LAYOUT_MXFP4: frozenset({MXFP4, MXFP4_W4A8}),
+    schemes.LAYOUT_INT_PACKED: frozenset({WNA16, WNA8_INT, WNA4_INT, INT_W4A8, WNA8O8_INT}),
+    schemes.LAYOUT_INT8: frozenset({INT8_W8A8, WNA8O8_INT, INT_W4A8}),
+    schemes.LAYOUT_FP8: frozenset({schemes.FP8_W8A8, FP8_W8A16}),
+    schemes.LAYOUT_FP8_STATIC: frozenset({schemes.FP8_W8A8}),
+    schemes.LAYOUT_MXFP8: frozenset({MXFP8}),
+}
+
+
+def layout_fits(layout: str | None, scheme: str | None) -> bool:
+    """Whether vLLM's ``scheme`` finds its parameters in a module stored in ``layout``."""
+    return layout is not None and scheme in LAYOUT_SCHEMES.get(layout, frozenset())
+
+
+def layout_label(layout: str | None) -> str:
+    """A layout as messages name it: the scheme it stores (several: which, and what the tensors look like)."""
+    if layout is None:
+        return "no known layout"
+    fits = sorted(LAYOUT_SCHEMES.get(layout, ()))
+    if len(fits) == 1:
+        return fits[0]
+    return f"{' or '.join(fits)} ({schemes.LAYOUTS.get(layout, layout)})"
+
+
 def stored_schemes(backbone: Mapping[str, TensorInfo], specs: Iterable[LinearSpec]) -> dict[str, str | None]:
-    """Per HF module present in the backbone, the scheme its tensors imply (None: no scheme fits)."""
+    """Per HF module present in the backbone, the layout its tensors have (``schemes.stored_layout``;
+    None: no layout fits)."""
     params = schemes.params_by_module(backbone, (spec.name for spec in specs))
-    return {module: schemes.stored_scheme(p) for module, p in params.items() if p}
+    return {module: schemes.stored_layout(p) for module, p in params.items() if p}
 
 
 __all__ = [
     "Args", "ConfigError", "Decision", "Entry", "HfDecision", "QuantConfig", "QuantConfigError", "VllmLayerError",
     "VllmQuant", "classify", "equal_or_regex", "find_matched_target", "map_target", "parse_quant_config",
-    "resolve_hf", "resolve_hf_module", "resolve_layer", "resolve_vllm", "should_ignore", "stored_schemes",
+    "layout_fits", "resolve_hf", "resolve_hf_module", "resolve_layer", "resolve_vllm", "should_ignore", "stored_schemes",
     "vllm_view",
 ]

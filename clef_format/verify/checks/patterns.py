@@ -352,14 +352,14 @@ def _layer_issues(layer: VllmLayer, d: R.Decision, hf: dict[str, R.HfDecision], 
     quant_stored = [(n, sc) for n, sc in stored_here if sc != schemes.UNQUANTIZED]
     via = f" (target '{d.target}')" if d.target else (" (ignored)" if d.ignored else " (no target matches)")
     if d.scheme == schemes.UNQUANTIZED and quant_stored:
-        kinds = ", ".join(sorted({sc for _, sc in quant_stored if sc}))
+        kinds = ", ".join(sorted({R.layout_label(sc) for _, sc in quant_stored if sc}))
         out.append(_Issue("layer-unquantized", "error",
                           f"{{modules}}: stored {kinds} but vLLM builds it unquantized{via}; loading fails or serves garbage",
                           layer.name, _unquantized_fix(layer, shard_hf)))
         return out
-    mismatched = [(n, sc) for n, sc in stored_here if sc != d.scheme]
+    mismatched = [(n, sc) for n, sc in stored_here if not R.layout_fits(sc, d.scheme)]
     if mismatched:
-        kinds = ", ".join(sorted({sc for _, sc in mismatched if sc}))
+        kinds = ", ".join(sorted({R.layout_label(sc) for _, sc in mismatched if sc}))
         out.append(_Issue("scheme-tensor-mismatch", "error",
                           f"{{modules}}: vLLM builds {d.scheme}{via} but the stored tensors are {kinds}",
                           layer.name, "make the config's targets match what the export wrote (see `clef-format layers`)"))
