@@ -313,6 +313,30 @@ def scheme_bytes_per_weight(scheme: str) -> float:
     return {UNQUANTIZED: 2.0, FP8_W8A8: 1.0, NVFP4_W4A4: 0.5 + 1 / NVFP4_GROUP}[scheme]
 
 
+def weight_bytes(weights: Mapping[str, Any] | None, out_features: int, in_features: int, model_bytes: int = 2) -> int:
+    """Bytes one Linear module's weights take in GPU memory under a config group's ``weights`` args (None:
+    unquantized, ``model_bytes`` per weight): ``num_bits`` per weight, plus its scales (FP8 E4M3 for
+    NVFP4's groups, F32 for FP8's, the model's dtype for int's), plus the packed zero points when
+    asymmetric. Per-tensor scales are a few bytes and left out."""
+    if not weights:
+        return out_features * in_features * model_bytes
+    bits = int(weights.get("num_bits", 8))
+    wtype = str(weights.get("type", "int")).lower()
+    total = _cdiv(out_features * in_features * bits, 8)
+    scale_bytes = 1 if wtype == "float" and bits == 4 else 4 if wtype == "float" else model_bytes
+    if str(weights.get("scale_dtype") or "").endswith(("uint8", "float8_e4m3fn", "float8_e8m0fnu")):
+        scale_bytes = 1
+    strategy = _strategy(weights)
+    shapes = _scale_shapes(weights, out_features, in_features)[0] if strategy != "tensor" else (1,)
+    scales = 1
+    for dim in shapes:
+        scales *= dim
+    total += scales * scale_bytes
+    if weights.get("symmetric", True) is False:
+        total += _cdiv(scales * bits, 8)
+    return total
+
+
 # ----------------------------------------------------------------------------- config facts of compressed-tensors
 
 #: The quantization status of a checkpoint whose weights are stored compressed. transformers'

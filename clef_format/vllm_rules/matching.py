@@ -442,6 +442,49 @@ def classify(e: Entry, top_format: str | None, layer: str = "", version: str = D
     raise VllmLayerError("NotImplementedError", f"No compressed-tensors compatible scheme was found for layer_name={layer!r} (format={fmt!r})")
 
 
+# ----------------------------------------------------------------------------- block shapes
+
+
+def output_partitions(layer: VllmLayer) -> list[int]:
+    """``output_partition_sizes`` of the layer at tensor parallel 1: one per logical weight. Qwen3.5's
+    ``in_proj_qkvz`` has four (``[key_dim, key_dim, value_dim, value_dim]``, ``create_qkvz_proj`` with
+    ``gqa_interleaved_layout`` False), the other fused layers one per HF shard."""
+    sizes = [s.out_features for s in layer.shards]
+    if layer.fused == "in_proj_qkvz" and len(sizes) == 2 and (sizes[0] - sizes[1]) % 2 == 0:
+        key_dim = (sizes[0] - sizes[1]) // 2
+        return [key_dim, key_dim, sizes[1], sizes[1]]
+    return sizes
+
+
+def _block(args: Args) -> tuple[int, int] | None:
+    block = args.raw.get("block_structure")
+    if isinstance(block, str):
+        rows, cols = (int(x) for x in block.split("x"))
+        return rows, cols
+    if isinstance(block, list) and len(block) == 2:
+        return int(block[0]), int(block[1])
+    return None
+
+
+def block_problem(layer: VllmLayer, entry: Entry, scheme: str | None) -> str | None:
+    """vLLM's ``validate_fp8_block_shape`` (``utils/fp8_utils.py``, called by the FP8 W8A8 and W8A16 schemes'
+    ``create_weights``) at tensor parallel 1: a merged layer's partitions but the last must be multiples of
+    block_n (its ValueError message), or None. (The input size is checked only when tensor parallelism
+    splits it; compressed-tensors' config has no ``weight_block_size``, so the linear layer's mismatch
+    allowance never applies.)"""
+    if scheme not in (schemes.FP8_W8A8, FP8_W8A16) or entry.weights.strategy != "block":
+        return None
+    block = _block(entry.weights)
+    sizes = output_partitions(layer)
+    if block is None or len(sizes) < 2:
+        return None
+    for size in sizes[:-1]:
+        if block[0] and size % block[0] != 0:
+            return (f"Weight output_partition_size = {size} is not divisible by weight quantization "
+                    f"block_n = {block[0]}.")
+    return None
+
+
 # ----------------------------------------------------------------------------- vLLM view
 
 
@@ -645,7 +688,7 @@ def stored_schemes(backbone: Mapping[str, TensorInfo], specs: Iterable[LinearSpe
 
 
 __all__ = [
-    "Args", "ConfigError", "Decision", "Entry", "HfDecision", "QuantConfig", "QuantConfigError", "VllmLayerError",
+    "Args", "block_problem", "ConfigError", "output_partitions", "Decision", "Entry", "HfDecision", "QuantConfig", "QuantConfigError", "VllmLayerError",
     "VllmQuant", "classify", "equal_or_regex", "find_matched_target", "map_target", "parse_quant_config",
     "layout_fits", "resolve_hf", "resolve_hf_module", "resolve_layer", "resolve_vllm", "should_ignore", "stored_schemes",
     "vllm_view",

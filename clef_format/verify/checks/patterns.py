@@ -261,7 +261,24 @@ def _version_findings(model_cfg: ModelConfig, backbone: dict[str, Any],
         findings += _target_findings(model_cfg, model, qc, vq)
     for layer, d in zip(model.layers, decisions):
         issues += _layer_issues(layer, d, hf, stored)
+        if qc is not None and d.error is None and d.target is not None:
+            issues += _block_issues(layer, d, vq.targets[d.target])
     return findings + _fold(issues), in_play
+
+
+def _block_issues(layer: VllmLayer, d: R.Decision, entry: R.Entry) -> list[_Issue]:
+    """vLLM refuses to build a block-quantized merged layer whose partitions do not fit the block."""
+    problem = R.block_problem(layer, entry, d.scheme)
+    if problem is None:
+        return []
+    sizes = R.output_partitions(layer)
+    names = ", ".join(s.name.rsplit(".", 1)[-1] for s in layer.shards)
+    return [_Issue("quant-config-invalid", "error",
+                   f"vLLM refuses to build {{modules}} (ValueError: {problem}): group '{entry.group}' quantizes "
+                   f"{names} in blocks of {entry.weights.raw.get('block_structure')}, and its output partitions "
+                   f"{sizes} (all but the last) must be multiples of the block's rows", layer.name,
+                   f"keep {names} out of the block group (e.g. an FP8_DYNAMIC group for them, or ignore them), "
+                   "or use a block whose rows divide every partition")]
 
 
 def _target_findings(model_cfg: ModelConfig, model: VllmModel, qc: R.QuantConfig, vq: R.VllmQuant) -> list[Finding]:
