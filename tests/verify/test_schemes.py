@@ -232,7 +232,19 @@ def test_fused_shards_with_different_global_scales(fresh: Callable[..., Path], b
     assert f.severity == "warning" and not [e for e in report.findings if e.severity == "error"]
     short = module.rsplit(".", 1)[1]
     assert "ratio 0.903" in f.message and f"{short}'s weights are decoded scaled by 0.903" in f.message
-    assert "keeps the largest" in f.message and "in_proj_qkv and in_proj_z" in (f.fix or "")
+    assert "keeps the largest" in f.message and f"{other.rsplit('.', 1)[1]} and {short}" in (f.fix or "")
+
+
+def test_layers_of_one_kind_fold_into_one_warning(fresh: Callable[..., Path]) -> None:
+    root = fresh("layout-2", "nvfp4")
+    la = "model.language_model.layers.{}.linear_attn"
+    _set_scales(root, "weight_global_scale", {f"{la.format(0)}.in_proj_z": 35840.0, f"{la.format(1)}.in_proj_qkv": 30720.0,
+                                              f"{la.format(1)}.in_proj_z": 37632.0})
+    (f,) = [f for f in verify(str(root)).findings if f.code == "global-scale-mismatch"]
+    assert f.message.startswith("language_model.model.layers.{0-1}.linear_attn.in_proj_qkvz: their shards have")
+    assert "(ratio 0.816 to 0.938; the worst, language_model.model.layers.1.linear_attn.in_proj_qkvz: " \
+           "in_proj_qkv 30720, in_proj_z 37632)" in f.message
+    assert f.module == "language_model.model.layers.1.linear_attn.in_proj_qkvz"
 
 
 def test_equal_global_scales_are_silent(built: Callable[..., Path]) -> None:
