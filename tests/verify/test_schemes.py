@@ -105,6 +105,21 @@ def test_fp8_weight_only_tensors_under_a_static_fp8_config_miss_the_input_scale(
     assert missing and all(f.tensor.endswith(".input_scale") for f in missing)
 
 
+def test_int4_packed_tensors_under_an_int8_config_have_the_wrong_width(fresh: Callable[..., Path]) -> None:
+    """The layout says int packed; the group's num_bits say how wide weight_packed is (in * bits / 32)."""
+    root = fresh("layout-2", "w4a16")
+    _edit_quant(root, lambda q: q.update(build_quant_config("w8a16", 8)))
+    shapes = [f for f in _errors(root) if f.code == "tensor-shape"]
+    assert shapes and all(f.tensor.endswith(".weight_packed") for f in shapes)
+    assert any("weight_packed is I32[64, 8], expected I32 [64, 16]" in f.message for f in shapes)
+
+
+def test_asymmetric_int4_without_its_zero_points(fresh: Callable[..., Path]) -> None:
+    root = fresh("layout-2", "w4a16_asym")
+    _edit_tensors(root, lambda t: t.pop(f"{LA0}.in_proj_z.weight_zero_point"))
+    assert [(f.code, f.tensor) for f in _errors(root)] == [("tensor-missing", f"{LA0}.in_proj_z.weight_zero_point")]
+
+
 # ----------------------------------------------------------------------------- KV-cache scales
 
 
