@@ -80,6 +80,7 @@ CODES: dict[str, str] = {
     "copy-broken": "scan: a copy found on this machine that verify calls BROKEN (its row holds the full report)",
     "copy-unreadable": "scan: a copy (or a folder that may hold one) could not be read or listed; the scan went on",
     "scan-limit": "scan stopped descending (depth or entry cap): copies further down were not looked for",
+    "global-scale-mismatch": "shards vLLM fuses into one layer (in_proj_qkv/in_proj_z, q/k/v, gate/up) store different NVFP4 global scales: vLLM keeps the largest, and the other shards decode scaled down (warning)",
 }
 
 #: Codes that mean the command could not run: the CLI exits 2 when a report holds one of them.
