@@ -77,6 +77,8 @@ CODES: dict[str, str] = {
     "config-invalid": "a config.json value vLLM or transformers refuses, or that makes them build a model these weights do not fit (a JSON type transformers' strict config classes refuse, architectures, model_type, activations, RoPE, vision heads, special token ids, tied tables)",
     "head-config-invalid": "the joint head config contradicts itself or its tensors (heads must divide width; the feedforward width)",
     "vllm-unproven": "the pattern rules for the --vllm-version asked about are extrapolated from the version table, not proven against that vLLM (info)",
+    "head-code-invalid": "joint_schema_model.py is not valid Python (the plugin fails to import it at start); as info: it could not be read statically (over the size limit, nested too deeply, no JointSchemaHead class) and the head is checked from the known facts",
+    "head-names-inferred": "a head tensor differs from the names clef-format infers for the joint head; only a note (info): the checkpoint's own joint_schema_model.py and the known facts decide",
 }
 
 #: Codes that mean the command could not run: the CLI exits 2 when a report holds one of them.

@@ -40,8 +40,8 @@ class Reference(Record):
     ``JointSchemaHead`` class the reader can follow: nothing is known from it). ``unknown`` holds the
     module paths (``""``: the whole head) whose tensors the reader could not tell. ``fails``: why
     ``JointSchemaHead(**config)`` itself would raise (a key it does not take, a required argument the
-    config lacks, a torch class's own assertion), or ""; ``fails_kind``: ``unexpected``, ``missing`` or
-    ``fails``.
+    config lacks, a torch class's own assertion), or ""; ``fails_kind``: ``missing`` or ``fails``. The
+    keys it does not take are ``rejected``; the head is read without them.
     """
 
     status: str
@@ -50,6 +50,7 @@ class Reference(Record):
     unknown: tuple = ()
     fails: str = ""
     fails_kind: str = ""
+    rejected: tuple = ()  # config keys JointSchemaHead.__init__ does not take (a TypeError in the real call)
 
 
 class _Unknown(Exception):
@@ -834,6 +835,11 @@ def parse_source(source: bytes) -> tuple[ast.Module | None, str]:
         return None, f"invalid: {exc}"
 
 
+def under(name: str, prefixes: tuple[str, ...]) -> bool:
+    """Whether a tensor name lies in one of these module subtrees (``""``: the whole head)."""
+    return any(p == "" or name == p or name.startswith(p + ".") for p in prefixes)
+
+
 def read_reference(source: bytes, config: Mapping[str, Any]) -> Reference:
     """The head ``JointSchemaHead(**config)`` builds, read from the reference file's bytes without running it."""
     tree, why = parse_source(source)
@@ -846,26 +852,32 @@ def read_reference(source: bytes, config: Mapping[str, Any]) -> Reference:
         if cls is None:
             return Reference("unread", f"no class {HEAD_CLASS} at the top level")
         init = reader._init_of(cls)
+        config = dict(config)
+        rejected: tuple[str, ...] = ()
         if init is not None:
+            if init.args.kwarg is None:
+                takes = {p.arg for p in init.args.args[1:] + init.args.kwonlyargs}
+                rejected = tuple(sorted(k for k in config if k not in takes))
+                config = {k: v for k, v in config.items() if k in takes}
             try:
-                reader.bind_call(init, [], dict(config))
+                reader.bind_call(init, [], config)
             except _Fails as exc:
-                kind = "unexpected" if "unexpected keyword" in str(exc) else "missing"
-                return Reference("ok", "", {}, ("",), f"{HEAD_CLASS}(**config) raises TypeError: {exc}", kind)
+                return Reference("ok", "", {}, ("",), f"{HEAD_CLASS}(**config) raises TypeError: {exc}", "missing",
+                                 rejected)
         mod = _Module(HEAD_CLASS)
         stopped = ""
         try:
-            reader._run_init(cls, mod, [], dict(config))
+            reader._run_init(cls, mod, [], config)
         except _Fails as exc:
-            return Reference("ok", "", {}, ("",), f"{HEAD_CLASS}(**config) raises: {exc}", "fails")
+            return Reference("ok", "", {}, ("",), f"{HEAD_CLASS}(**config) raises: {exc}", "fails", rejected)
         except _Unknown as exc:
             stopped = str(exc) or "an expression the reader does not evaluate"
         tensors: dict[str, tuple[int, ...]] = {}
         unknown: list[str] = []
         _flatten(mod, "", tensors, unknown)
         if stopped:
-            return Reference("ok", f"read up to {stopped}", tensors, ("", *unknown))
-        return Reference("ok", "", tensors, tuple(unknown))
+            return Reference("ok", f"read up to {stopped}", tensors, ("", *unknown), rejected=rejected)
+        return Reference("ok", "", tensors, tuple(unknown), rejected=rejected)
     except (RecursionError, MemoryError, TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
         # bounded evaluation of arbitrary syntax: whatever slips past the bounds is "not read", never a crash
         return Reference("unread", f"not evaluated ({type(exc).__name__})")
