@@ -55,6 +55,9 @@ class Checkpoint:
         self.config: dict[str, Any] | None = None
         self.model: ModelConfig | None = None
         self.head_config: dict[str, Any] | None = None
+        #: The bytes of joint_schema_model.py (read, never run), at most ``MAX_SOURCE_BYTES`` + 1 of them
+        #: (one more tells a file over the limit); ``None`` when absent or unreadable.
+        self.head_code: bytes | None = None
         self.backbone_files: list[str] = []
         self.backbone: dict[str, TensorInfo] = {}
         self.tensor_file: dict[str, str] = {}
@@ -316,6 +319,20 @@ def _check_readable(ck: Checkpoint) -> None:
             _unreadable(ck, rel, "cannot be read", exc)
 
 
+def _read_head_code(ck: Checkpoint) -> bytes | None:
+    """joint_schema_model.py's bytes, for the head check's static reader (``spec.head_reference``)."""
+    from clef_format.spec.head_reference import MAX_SOURCE_BYTES
+
+    try:
+        with open(ck.path(L.HEAD_CODE), "rb") as fh:
+            data = fh.read(MAX_SOURCE_BYTES + 1)
+    except OSError as exc:
+        _unreadable(ck, L.HEAD_CODE, "cannot be read", exc)
+        return None
+    ck.parsed.add(L.HEAD_CODE)
+    return data
+
+
 def _marker_present(head_config: Any) -> bool:
     return isinstance(head_config, dict) and L.MARKER_KEY in head_config
 
@@ -352,6 +369,8 @@ def read_checkpoint(root: str | os.PathLike[str]) -> Checkpoint:
     marker_unread = ck.head_config is None and any(f.file == L.HEAD_CONFIG for f in ck.findings)
     if marker_unread:  # there, but never read: whether it holds the marker is not known
         ck.layout_unread = ck.layout_unread or L.HEAD_CONFIG
+    if ck.has(L.HEAD_CODE):
+        ck.head_code = _read_head_code(ck)
     _check_readable(ck)
     embed, lm_head = ck.tables
     facts = LayoutFacts(

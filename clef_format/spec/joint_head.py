@@ -134,13 +134,25 @@ def _describe(info: tuple[str, tuple[int, ...]]) -> str:
 
 
 def head_problems(cfg: HeadConfig, tensors: Mapping[str, tuple[str, tuple[int, ...]]]) -> list[HeadProblem]:
-    """Every difference between a head file (name -> (dtype, shape)) and what its config implies.
+    """Every difference between a head file (name -> (dtype, shape)) and what its config implies:
+    ``inferred_problems`` + ``stack_problems`` + ``dtype_problems``."""
+    out = inferred_problems(cfg, tensors) + stack_problems(cfg, tensors)
+    reported = {p.tensor for p in out}
+    return out + [p for p in dtype_problems(tensors) if p.tensor not in reported]
 
-    Exact where the reference states names and shapes (``exact_tensors``, the residual scorer's names,
-    the layer counts). Structural for the rest: every layer of a stack holds the same tensor names,
-    dtypes and shapes as its siblings (the odd one out is reported; a tie is broken by the inferred
-    ``layer_tensors``), ``field_norm`` and ``option_norm`` hold the same parameters, the residual
-    scorer's shapes chain, no other top-level tensor, every tensor BF16 as in the release.
+
+def dtype_problems(tensors: Mapping[str, tuple[str, tuple[int, ...]]]) -> list[HeadProblem]:
+    """A fact: every head tensor of the release is BF16."""
+    return [HeadProblem("shape", name, f"{name} is {dtype}; every head tensor of the release is {HEAD_DTYPE}")
+            for name, (dtype, _) in sorted(tensors.items()) if dtype != HEAD_DTYPE]
+
+
+def inferred_problems(cfg: HeadConfig, tensors: Mapping[str, tuple[str, tuple[int, ...]]]) -> list[HeadProblem]:
+    """Differences from the names this project infers (not published): only ever a note.
+
+    The top-level names and shapes of ``exact_tensors``, the residual scorer's names and chained shapes,
+    ``field_norm`` and ``option_norm`` holding the same parameters of the width, no other top-level
+    tensor. The layer stacks are left to ``stack_problems`` and ``torch_layer_problems`` (facts).
     """
     out: list[HeadProblem] = []
     exact = exact_tensors(cfg)
@@ -188,11 +200,31 @@ def head_problems(cfg: HeadConfig, tensors: Mapping[str, tuple[str, tuple[int, .
         if name in known or top in SIBLING_NORMS or _STACK_RE.match(name):
             continue
         out.append(HeadProblem("unexpected", name, f"holds {name}, which no JointSchemaHead defines"))
-    out += _stack_problems(cfg, tensors)
-    reported = {p.tensor for p in out}
-    for name, (dtype, _) in sorted(tensors.items()):
-        if dtype != HEAD_DTYPE and name not in reported:
-            out.append(HeadProblem("shape", name, f"{name} is {dtype}; every head tensor of the release is {HEAD_DTYPE}"))
+    return out
+
+
+#: The published figures of the release's ``joint_head.safetensors`` (clef-checkpoints.md): at this config
+#: the head file holds this many tensors, all BF16, in a file of this many bytes (header included).
+RELEASE_CONFIG = {"hidden_size": 4096, "width": 1024, "routing_layers": 2, "layers": 4, "heads": 16, "feedforward": 4096}
+RELEASE_TENSORS = 122
+RELEASE_FILE_BYTES = 243_538_016
+
+
+def torch_layer_problems(cfg: HeadConfig, tensors: Mapping[str, tuple[str, tuple[int, ...]]]) -> list[HeadProblem]:
+    """A fact wherever a stack layer uses torch's own parameter names (``self_attn.in_proj_weight``,
+    ``linear1.weight``, ``norm2.bias``...): torch's ``nn.TransformerEncoderLayer`` / ``DecoderLayer`` of
+    ``d_model=width, dim_feedforward=feedforward`` gives that name exactly this shape, and cannot load
+    another (``load_state_dict`` refuses a shape mismatch)."""
+    torch_shapes = layer_tensors(cfg.width, cfg.feedforward, cross=True)
+    out: list[HeadProblem] = []
+    for name, info in sorted(tensors.items()):
+        m = _STACK_RE.match(name)
+        if not m:
+            continue
+        want = torch_shapes.get(name[m.end():])
+        if want is not None and tuple(info[1]) != want:
+            out.append(HeadProblem("shape", name, f"{name} is {_describe(info)}: torch's transformer layer of width "
+                                   f"{cfg.width} and feedforward {cfg.feedforward} holds {HEAD_DTYPE}{list(want)}"))
     return out
 
 
@@ -235,7 +267,9 @@ def feedforward_of(tensors: Mapping[str, tuple[str, tuple[int, ...]]]) -> int | 
     return rows.pop() if len(rows) == 1 else None
 
 
-def _stack_problems(cfg: HeadConfig, tensors: Mapping[str, tuple[str, tuple[int, ...]]]) -> list[HeadProblem]:
+def stack_problems(cfg: HeadConfig, tensors: Mapping[str, tuple[str, tuple[int, ...]]]) -> list[HeadProblem]:
+    """Facts of the stacks: ``routing_layers`` / ``layers`` layers, each holding what its siblings hold
+    (names, dtypes, shapes; the odd one out is reported, a tie broken by torch's layer)."""
     out: list[HeadProblem] = []
     layers: dict[str, dict[int, dict[str, tuple[str, tuple[int, ...]]]]] = {stack: {} for stack in STACKS}
     for name, info in tensors.items():

@@ -14,8 +14,11 @@ _EXPORTS: dict[str, str] = {
     # gate.py: the serving gate at start-up (no torch)
     "check_checkpoint": "gate",
     "CheckpointSource": "gate",
-    # head.py: the joint head config for a plugin version (no torch)
+    # head.py: the joint head config for a plugin version (no torch); the head file against the
+    # plugin's own head (torch's meta device)
     "head_config": "head",
+    "check_plugin_head": "head",
+    "plugin_head_shapes": "head",
     # weights.py: the checked backbone iterator (torch only while iterating)
     "backbone_weights": "weights",
     "skipped_tensors": "weights",

@@ -1,13 +1,22 @@
-"""The joint head config a plugin builds ``JointSchemaHead(**config)`` from, for its own version."""
+"""The joint head for a plugin version: the config it builds ``JointSchemaHead(**config)`` from, and
+the head file checked against the head the plugin itself builds."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Union
 
 from clef_format.errors import IncompatibleError
 from clef_format.spec.joint_head import HeadConfigError, parse_head_config
 from clef_format.spec.marker import without_marker
 from clef_format.vllm.gate import CheckpointSource, check_checkpoint
+
+if TYPE_CHECKING:
+    from clef_format.read.checkpoint import Checkpoint
+
+#: The plugin's own head: its class (called as ``JointSchemaHead(**config)`` on the meta device), a
+#: module already built, or a state_dict-like mapping of names to tensors or shapes.
+PluginHead = Union[Callable[..., Any], Mapping[str, Any], Any]
+_FIX = "re-download the joint head files of this revision, or install the plugin these weights were made for"
 
 
 def head_config(source: CheckpointSource, plugin_version: str) -> dict[str, Any]:
@@ -19,6 +28,10 @@ def head_config(source: CheckpointSource, plugin_version: str) -> dict[str, Any]
     constructor does not accept it: it exists precisely to break plugins that do not remove it.
     """
     ck = check_checkpoint(source, plugin_version)
+    return _config_of(ck)
+
+
+def _config_of(ck: "Checkpoint") -> dict[str, Any]:
     raw = ck.head_config
     try:
         _, unknown = parse_head_config(raw)
@@ -30,3 +43,44 @@ def head_config(source: CheckpointSource, plugin_version: str) -> dict[str, Any]
                                 "re-download clef_head/joint_head_config.json from the same revision")
     assert isinstance(raw, dict)
     return without_marker(raw)
+
+
+def plugin_head_shapes(head: PluginHead, config: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Names and shapes of the plugin's head at this config. A class is built on torch's meta device
+    (no memory, no data): its ``state_dict`` is exactly what ``load_state_dict`` will demand."""
+    if isinstance(head, Mapping):
+        return {k: tuple(getattr(v, "shape", v)) for k, v in head.items()}
+    if isinstance(head, type) or not hasattr(head, "state_dict"):
+        import torch
+
+        with torch.device("meta"):
+            head = head(**config)
+    return {k: tuple(v.shape) for k, v in head.state_dict().items()}
+
+
+def check_plugin_head(source: CheckpointSource, plugin_version: str, head: PluginHead) -> "Checkpoint":
+    """Refuse (``IncompatibleError``) a checkpoint whose head file is not exactly the plugin's own head.
+
+    Runs ``check_checkpoint`` first (every error of verify, the reference file's reading included),
+    then compares the head file's names and shapes with ``plugin_head_shapes(head, config)``: a tensor
+    the plugin's head lacks or holds, or of another shape, is refused with the code verify gives it
+    (``head-incomplete``, ``head-unexpected``). Returns the checkpoint read.
+    """
+    from clef_format.spec import layouts as L
+    from clef_format.verify.checks.head import exact_problems
+
+    ck = check_checkpoint(source, plugin_version)
+    config = _config_of(ck)
+    weights, _ = L.head_files(ck.layout)
+    header = ck.headers.get(weights)
+    if header is None:
+        raise IncompatibleError("missing-file", f"{weights} is missing", _FIX)
+    want = plugin_head_shapes(head, config)
+    tensors = {n: (i.dtype, i.shape) for n, i in header.tensors.items()}
+    problems = exact_problems(want, tensors, builder="the plugin's JointSchemaHead")
+    if problems:
+        first = problems[0]
+        code = "head-unexpected" if first.kind == "unexpected" else "head-incomplete"
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise IncompatibleError(code, f"{weights}: {first.message}{more}", _FIX)
+    return ck

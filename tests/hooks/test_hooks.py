@@ -23,6 +23,7 @@ from clef_format.compat import IncompatibleError
 from clef_format.fixtures.builders import HEAD_CODE
 from clef_format.quant.int8 import dequantize_rows, quantize_rows
 from clef_format.read.checkpoint import read_checkpoint
+from clef_format.read.safetensors import read_header
 from clef_format.spec import layouts as L
 from clef_format.spec import tables_format as TF
 from clef_format.vllm import (
@@ -75,10 +76,12 @@ def test_head_config_has_no_marker_and_builds_the_head(built: Any) -> None:
     cfg = head_config(root, NEW)
     assert L.MARKER_KEY not in cfg and L.MARKER_KEY in json.loads((root / L.HEAD_CONFIG).read_text())
     scope: dict[str, Any] = {}
-    exec(HEAD_CODE, scope)  # the reference code's signature
-    head = scope["JointSchemaHead"](**cfg)
-    assert head.hidden_size == cfg["hidden_size"]
-    with pytest.raises(TypeError):  # why the marker must go: it breaks the constructor
+    exec(HEAD_CODE, scope)  # the reference code the fixture ships, a real torch module
+    with torch.device("meta"):
+        head = scope["JointSchemaHead"](**cfg)
+    stored = read_header(root / L.HEAD_WEIGHTS).tensors
+    assert {k: tuple(v.shape) for k, v in head.state_dict().items()} == {k: i.shape for k, i in stored.items()}
+    with pytest.raises(TypeError), torch.device("meta"):  # why the marker must go: it breaks the constructor
         scope["JointSchemaHead"](**json.loads((root / L.HEAD_CONFIG).read_text()))
 
 

@@ -64,7 +64,8 @@ def _tables(model: torch.nn.Module, token_ids: list[int], lexical_rows: Any) -> 
         "embedded_dtype": str(embedded.dtype),
         "lexical": lexical.float().tolist(),
         "lexical_dtype": str(lexical.dtype),
-        "head": None if head is None else {"class": type(head).__name__, "config": dict(vars(head))},
+        "head": None if head is None else {"class": type(head).__name__,
+                                            "config": dict(getattr(head, "clef_config", None) or vars(head))},
         "param_dtypes": sorted({str(p.dtype) for p in model.parameters()}),
         "quant_methods": sorted({type(getattr(m, "quant_method", None)).__name__ for m in model.modules()
                                  if getattr(m, "quant_method", None) is not None}),

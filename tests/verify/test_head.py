@@ -115,19 +115,21 @@ def test_a_tensor_missing_from_the_head_file_is_an_error_on_that_file_and_tensor
 
     edit_header(L.HEAD_WEIGHTS, rename)(root)
     findings = [f.to_dict() for f in check_head(read_checkpoint(root))]
-    assert {"code": "head-incomplete", "severity": "error", "message": f"{L.HEAD_WEIGHTS}: lacks residual_gate",
+    assert {"code": "head-incomplete", "severity": "error",
+            "message": f"{L.HEAD_WEIGHTS}: lacks residual_gate, which joint_schema_model.py builds",
             "file": L.HEAD_WEIGHTS, "tensor": "residual_gate", "fix": FIX} in findings
     assert any(f["code"] == "head-unexpected" and f["tensor"] == "residual_gate_x" and f["file"] == L.HEAD_WEIGHTS
                for f in findings)
 
 
 def test_head_problems_beyond_fifty_are_counted_in_one_last_error(fresh) -> None:
-    """layers = 60 against 4 stored: 56 missing layers, 50 listed, then one finding for the 6 left."""
+    """layers = 60 against 4 stored: 56 missing layers (each one finding for its 18 tensors the reference
+    builds), 50 listed, then one finding for the 6 left."""
     root = fresh("layout-2", "bf16")
     _set_keys(root / L.HEAD_CONFIG, layers=60)
     findings = [f.to_dict() for f in check_head(read_checkpoint(root))]
     assert len(findings) == 51
-    assert findings[49]["message"] == f"{L.HEAD_WEIGHTS}: lacks layer layers.53 (config layers = 60)"
+    assert findings[49]["message"] == f"{L.HEAD_WEIGHTS}: lacks layers.53 (18 tensors), which joint_schema_model.py builds"
     assert findings[-1] == {"code": "head-incomplete", "severity": "error",
                             "message": f"{L.HEAD_WEIGHTS}: 6 more problem(s) not listed",
                             "file": L.HEAD_WEIGHTS, "fix": FIX}

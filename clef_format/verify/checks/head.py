@@ -1,15 +1,35 @@
-"""Joint head checks: its config parses for ``JointSchemaHead(**config)`` and its tensors are complete."""
+"""Joint head checks: its config parses for ``JointSchemaHead(**config)`` and its tensors are exactly the head.
+
+Errors come from facts, in this order (docs/FORMAT.md, "The joint head"):
+
+a. the checkpoint's own ``joint_schema_model.py``, read statically (``spec.head_reference``: never
+   imported, never run): the keys ``JointSchemaHead.__init__`` takes, and the exact tensor names and
+   shapes of the module tree it builds at this config;
+b. for whatever (a) cannot tell (no reference file, one the reader cannot follow, a subtree it cannot
+   evaluate), the known facts: at the release config 122 BF16 tensors in 243,538,016 bytes, the config
+   keys, heads dividing width, stack symmetry, torch's own layer shapes wherever torch's names appear;
+c. the names this project infers: a note (info), never an error on their own.
+"""
 
 from __future__ import annotations
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
-    from typing import Iterator
+    from typing import Iterator, Mapping
+
+    _Tensors = Mapping[str, tuple[str, tuple[int, ...]]]
 
 from clef_format.read.checkpoint import Checkpoint
+from clef_format.read.safetensors import encode_header
 from clef_format.spec import layouts as L
-from clef_format.spec.findings import Finding, error
-from clef_format.spec.joint_head import HeadConfigError, config_problems, feedforward_of, head_problems, parse_head_config
+from clef_format.spec.findings import Finding, error, info, warning
+from clef_format.spec.head_reference import Reference, read_reference, under
+from clef_format.spec.joint_head import (
+    HEAD_DTYPE, RELEASE_CONFIG, RELEASE_FILE_BYTES, RELEASE_TENSORS, HeadConfig, HeadConfigError, HeadProblem,
+    config_problems, dtype_problems, feedforward_of, inferred_problems, parse_head_config, stack_problems,
+    torch_layer_problems,
+)
+from clef_format.spec.marker import without_marker
 
 _FIX = "re-download the joint head files of this revision"
 #: Findings listed per head file (a hostile or foreign file must not flood the report).
@@ -25,10 +45,16 @@ def check_head(ck: Checkpoint) -> Iterator[Finding]:
     except HeadConfigError as exc:
         yield error("head-incomplete", str(exc), file=config_rel, fix=_FIX)
         return
+    ref = read_reference(ck.head_code, without_marker(ck.head_config)) if ck.head_code is not None else None
+    yield from _reference_findings(ref)
+    if ref is not None and ref.status == "ok":
+        unknown = list(ref.rejected)  # the reference's own signature decides which keys it takes
     if unknown:
         yield error("head-unexpected",
                     f"{config_rel} has keys {unknown} that JointSchemaHead(**config) does not accept",
                     file=config_rel, fix=f"remove {unknown} from {config_rel}")
+    if ref is not None and ref.fails_kind == "missing":
+        yield error("head-incomplete", f"{config_rel}: {ref.fails}", file=config_rel, fix=_FIX)
     if ck.model is not None and cfg.hidden_size != ck.model.text.hidden_size:
         yield error("head-incomplete",
                     f"joint head hidden_size {cfg.hidden_size} differs from the backbone's {ck.model.text.hidden_size}",
@@ -36,17 +62,137 @@ def check_head(ck: Checkpoint) -> Iterator[Finding]:
     header = ck.headers.get(weights)
     if header is None:
         return
-    tensors = {name: (info.dtype, info.shape) for name, info in header.tensors.items()}
+    tensors = {name: (i.dtype, i.shape) for name, i in header.tensors.items()}
+    known = ref if ref is not None and ref.status == "ok" and not ref.fails else None
+    exact = _reference_problems(known, tensors) if known is not None else []
+    fully_known = known is not None and not known.unknown
+    config_findings = [] if fully_known and not exact else list(_config_findings(cfg, tensors, config_rel, known))
+    yield from config_findings
+    if ref is not None and ref.fails_kind == "fails" and not config_findings:
+        yield error("head-config-invalid", f"{config_rel}: {ref.fails}", file=config_rel, fix=_FIX)
+    rest = {n: v for n, v in tensors.items() if known is None or under(n, known.unknown)}
+    problems = exact + _fact_problems(cfg, tensors, rest, ck.files.get(weights), fully_known)
+    reported = {p.tensor for p in problems}
+    problems += [p for p in dtype_problems(tensors) if p.tensor not in reported]
+    for p in problems[:_MAX_FINDINGS]:
+        code = "head-unexpected" if p.kind == "unexpected" else "head-incomplete"
+        yield error(code, f"{weights}: {p.message}", file=weights, tensor=p.tensor or None, fix=_FIX)
+    if len(problems) > _MAX_FINDINGS:
+        yield error("head-incomplete", f"{weights}: {len(problems) - _MAX_FINDINGS} more problem(s) not listed",
+                    file=weights, fix=_FIX)
+    if known is None or known.unknown:  # (c): only where nothing exact was read, and only a note
+        notes = [p for p in inferred_problems(cfg, rest) if p.tensor not in reported]
+        if notes:
+            shown = "; ".join(p.message for p in notes[:5]) + (f"; {len(notes) - 5} more" if len(notes) > 5 else "")
+            yield info("head-names-inferred",
+                       f"{weights}: differs from the tensor names clef-format infers (not published, so not an "
+                       f"error): {shown}", file=weights)
+
+
+def _reference_findings(ref: Reference | None) -> Iterator[Finding]:
+    if ref is None:
+        return
+    if ref.status == "invalid":
+        yield error("head-code-invalid", f"{L.HEAD_CODE} is not valid Python: {ref.reason}; the plugin cannot "
+                    "import JointSchemaHead from it", file=L.HEAD_CODE,
+                    fix=f"re-download {L.HEAD_CODE} from the same revision of the checkpoint")
+    elif ref.status == "unread":
+        yield info("head-code-invalid", f"{L.HEAD_CODE} was not read statically ({ref.reason}); the joint head is "
+                   "checked from the known facts only", file=L.HEAD_CODE)
+
+
+def _natural(name: str) -> list[tuple[int, int | str]]:
+    """Sort key: layers.4 before layers.10."""
+    return [(0, int(p)) if p.isdigit() else (1, p) for p in name.split(".")]
+
+
+def _group(names: set[str], other: set[str]) -> list[tuple[str, int]]:
+    """Names grouped by their shortest module path holding only such names (none of ``other``); a group of
+    one is the tensor's own name."""
+    out: list[tuple[str, int]] = []
+    done: set[str] = set()
+    for name in sorted(names, key=_natural):
+        if name in done:
+            continue
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):
+            prefix = ".".join(parts[:i])
+            if not any(under(o, (prefix,)) for o in other):
+                members = {n for n in names if under(n, (prefix,))}
+                done |= members
+                out.append((prefix if len(members) > 1 else name, len(members)))
+                break
+    return out
+
+
+def _reference_problems(ref: Reference, tensors: _Tensors) -> list[HeadProblem]:
+    """(a): the head file against the module tree joint_schema_model.py builds, exactly (outside the
+    subtrees the reader could not evaluate)."""
+    return exact_problems(ref.tensors, tensors, ref.unknown, L.HEAD_CODE)
+
+
+def exact_problems(want: Mapping[str, tuple[int, ...]], tensors: _Tensors, unknown: tuple[str, ...] = (),
+                   builder: str = L.HEAD_CODE) -> list[HeadProblem]:
+    """A head file against the exact names and shapes ``builder`` builds (the reference file, or the
+    serving plugin's own head): tensors lacking or extra (grouped by module), shapes that differ.
+    Tensors under the ``unknown`` module paths are not judged here."""
+    out: list[HeadProblem] = []
+    missing = {n for n in want if n not in tensors}
+    extra = {n for n in tensors if n not in want and not under(n, unknown)}
+    for prefix, count in _group(missing, set(tensors)):
+        what = prefix if count == 1 else f"{prefix} ({count} tensors)"
+        out.append(HeadProblem("missing", prefix, f"lacks {what}, which {builder} builds"))
+    for prefix, count in _group(extra, set(want)):
+        what = prefix if count == 1 else f"{prefix} ({count} tensors)"
+        out.append(HeadProblem("unexpected", prefix, f"holds {what}, which {builder} does not build"))
+    for name in sorted((n for n in want if n in tensors and tuple(tensors[n][1]) != tuple(want[n])), key=_natural):
+        out.append(HeadProblem("shape", name, f"{name} is {tensors[name][0]}{list(tensors[name][1])}, "
+                               f"{builder} builds {HEAD_DTYPE}{list(want[name])}"))
+    return out
+
+
+def _fact_problems(cfg: HeadConfig, tensors: _Tensors, rest: _Tensors, file_size: int | None,
+                   fully_known: bool) -> list[HeadProblem]:
+    """(b): the published figures at the release config, stack symmetry and torch's layer shapes, for
+    the tensors the reference did not decide (``rest``)."""
+    out: list[HeadProblem] = []
+    if not fully_known and cfg._asdict() == RELEASE_CONFIG:
+        out += _release_figures(tensors, file_size)
+    if rest:
+        out += stack_problems(cfg, rest) + torch_layer_problems(cfg, rest)
+    return out
+
+
+def _release_figures(tensors: _Tensors, file_size: int | None) -> list[HeadProblem]:
+    """At the release config: 122 tensors and a file of 243,538,016 bytes as safetensors writes it.
+
+    The size compared is the file's own when it has exactly the release's size; else the size the
+    safetensors writer gives these tensors (all BF16, so stored in name order; with or without the
+    ``{"format": "pt"}`` metadata), so a head re-saved with another header layout is judged by its tensors.
+    """
+    out: list[HeadProblem] = []
+    if len(tensors) != RELEASE_TENSORS:
+        out.append(HeadProblem("missing" if len(tensors) < RELEASE_TENSORS else "unexpected", "",
+                               f"holds {len(tensors)} tensors; at the release config the release's head holds "
+                               f"{RELEASE_TENSORS}"))
+    if file_size == RELEASE_FILE_BYTES or any(d != HEAD_DTYPE for d, _ in tensors.values()):
+        return out  # another dtype is reported tensor by tensor
+    entries = [(n, d, tuple(s)) for n, (d, s) in sorted(tensors.items())]
+    sizes = {len(h) + size for h, size in (encode_header(entries, md) for md in (None, {"format": "pt"}))}
+    if RELEASE_FILE_BYTES not in sizes:
+        out.append(HeadProblem("shape", "", f"is {file_size} bytes ({min(sizes)} as safetensors writes these "
+                               f"tensors); at the release config the release's head file is "
+                               f"{RELEASE_FILE_BYTES:,} bytes"))
+    return out
+
+
+def _config_findings(cfg: HeadConfig, tensors: _Tensors, config_rel: str, ref: Reference | None) -> Iterator[Finding]:
+    """heads dividing width (torch's attention asserts it) is an error; the feedforward width read from
+    the layers' matrices is an error next to a reference mismatch (it names the fix), else a warning."""
     for p in config_problems(cfg, tensors):
         value = feedforward_of(tensors) if p.tensor == "feedforward" else None
         fix = (f'set "feedforward": {value} in {config_rel}' if value is not None else
                f"set {p.tensor} in {config_rel} to the value the head was trained with (the release: "
                f"{'16, dividing width 1024' if p.tensor == 'heads' else '4096'})")
-        yield error("head-config-invalid", f"{config_rel}: {p.message}", file=config_rel, fix=fix)
-    problems = head_problems(cfg, tensors)
-    for p in problems[:_MAX_FINDINGS]:
-        code = "head-unexpected" if p.kind == "unexpected" else "head-incomplete"
-        yield error(code, f"{weights}: {p.message}", file=weights, tensor=p.tensor, fix=_FIX)
-    if len(problems) > _MAX_FINDINGS:
-        yield error("head-incomplete", f"{weights}: {len(problems) - _MAX_FINDINGS} more problem(s) not listed",
-                    file=weights, fix=_FIX)
+        make = error if p.tensor == "heads" or ref is not None or value is not None else warning
+        yield make("head-config-invalid", f"{config_rel}: {p.message}", file=config_rel, fix=fix)

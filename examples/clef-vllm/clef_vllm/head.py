@@ -32,7 +32,12 @@ def _head_class(root: str) -> type:
 def build_head(source: str) -> Any:
     """``JointSchemaHead(**config)``: the pair is checked again and the marker removed by the hook."""
     ck = hooks.check_checkpoint(source, PLUGIN_VERSION)
-    return _head_class(ck.root)(**hooks.head_config(ck, PLUGIN_VERSION))
+    cls = _head_class(ck.root)
+    hooks.check_plugin_head(ck, PLUGIN_VERSION, cls)  # the head file is exactly what this head loads
+    config = hooks.head_config(ck, PLUGIN_VERSION)
+    head = cls(**config)
+    head.clef_config = config  # what it was built from, for the engine probes
+    return head
 
 
 def _lm_head(model: torch.nn.Module) -> torch.nn.Module:

@@ -1,0 +1,883 @@
+"""The joint head's tensors as the checkpoint's own ``joint_schema_model.py`` defines them, read statically.
+
+Every Clef checkpoint ships the reference code that builds its head (``JointSchemaHead(**config)``).
+What it defines is a fact about that checkpoint; the names this project infers are not. So the head
+check reads the module tree ``JointSchemaHead.__init__`` builds from the file's syntax tree (``ast``):
+the file is never imported and never executed. A bounded evaluator follows assignments to ``self``,
+arithmetic over the config and earlier locals, ``for`` loops and comprehensions over ``range``,
+``if``s it can decide, the file's own module classes (and their ``super().__init__``), and torch's own
+layer classes, whose parameter names and shapes it knows (``TORCH_PARAMS``: the same names and shapes
+``torch.nn`` gives them, checked against real torch in the tests). Anything else is *unknown* for the
+subtree it builds, never guessed: the checks fall back to facts for that part.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from clef_format.records import Record
+
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Any, Callable, Mapping
+
+#: The class the reference code defines and the plugin builds with ``JointSchemaHead(**config)``.
+HEAD_CLASS = "JointSchemaHead"
+#: Bigger reference files are not parsed (the release's is a few kB): reported, then the facts decide.
+MAX_SOURCE_BYTES = 1024 * 1024
+#: Evaluation bounds: steps (nodes evaluated), nesting of the evaluator, class instantiations, list sizes.
+MAX_STEPS = 200_000
+MAX_DEPTH = 60
+MAX_ITEMS = 65_536
+MAX_INT = 2**62
+
+
+class Reference(Record):
+    """What the reader made of a reference file.
+
+    ``status``: ``ok`` (read; ``tensors`` are exact outside the ``unknown`` subtrees), ``invalid`` (not
+    valid Python: the engine's import of it fails too), ``unread`` (over the limits, or no
+    ``JointSchemaHead`` class the reader can follow: nothing is known from it). ``unknown`` holds the
+    module paths (``""``: the whole head) whose tensors the reader could not tell. ``fails``: why
+    ``JointSchemaHead(**config)`` itself would raise (a key it does not take, a required argument the
+    config lacks, a torch class's own assertion), or ""; ``fails_kind``: ``missing`` or ``fails``. The
+    keys it does not take are ``rejected``; the head is read without them.
+    """
+
+    status: str
+    reason: str = ""
+    tensors: dict = {}  # name -> shape
+    unknown: tuple = ()
+    fails: str = ""
+    fails_kind: str = ""
+    rejected: tuple = ()  # config keys JointSchemaHead.__init__ does not take (a TypeError in the real call)
+
+
+class _Unknown(Exception):
+    """A value or statement the reader cannot evaluate."""
+
+
+class _Fails(Exception):
+    """Something the real constructor would raise on (an assertion of a torch class): a fact."""
+
+
+class _Module:
+    """A module of the tree: ordered children (modules, parameter shapes, or ``_UNKNOWN``)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.children: dict[str, Any] = {}
+        self.attrs: dict[str, Any] = {}  # plain values set on self (ints, tuples...), readable later
+
+
+class _Param:
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.shape = shape
+
+
+class _TensorVal:
+    """A plain tensor value (``torch.zeros(...)``): a parameter once wrapped in ``nn.Parameter``."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.shape = shape
+
+
+class _Ref:
+    """A reference to a class, function or module by its dotted name (``torch.nn.Linear``)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+
+_UNKNOWN = object()
+
+_NO_PARAMS = {"GELU", "ReLU", "SiLU", "Tanh", "Sigmoid", "Dropout", "Identity", "Softmax", "Flatten", "Mish",
+              "LeakyReLU", "ELU", "Softplus", "Hardswish", "Dropout1d", "Dropout2d", "LogSoftmax"}
+
+
+def _dim(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise _Unknown(f"not a dimension: {v!r}")
+    return v
+
+
+def _linear(a: dict[str, Any]) -> dict[str, Any]:
+    i, o = _dim(a["in_features"]), _dim(a["out_features"])
+    out: dict[str, Any] = {"weight": _Param((o, i))}
+    if a["bias"]:
+        out["bias"] = _Param((o,))
+    return out
+
+
+def _norm_shape(v: Any) -> tuple[int, ...]:
+    if isinstance(v, (tuple, list)):
+        return tuple(_dim(x) for x in v)
+    return (_dim(v),)
+
+
+def _layer_norm(a: dict[str, Any]) -> dict[str, Any]:
+    shape = _norm_shape(a["normalized_shape"])
+    if not a["elementwise_affine"]:
+        return {}
+    return {"weight": _Param(shape), **({"bias": _Param(shape)} if a["bias"] else {})}
+
+
+def _rms_norm(a: dict[str, Any]) -> dict[str, Any]:
+    return {"weight": _Param(_norm_shape(a["normalized_shape"]))} if a["elementwise_affine"] else {}
+
+
+def _embedding(a: dict[str, Any]) -> dict[str, Any]:
+    return {"weight": _Param((_dim(a["num_embeddings"]), _dim(a["embedding_dim"])))}
+
+
+def _mha(a: dict[str, Any]) -> dict[str, Any]:
+    e, h = _dim(a["embed_dim"]), _dim(a["num_heads"])
+    if h == 0 or e % h:
+        raise _Fails(f"MultiheadAttention({e}, {h}): embed_dim must be divisible by num_heads")
+    k = e if a["kdim"] is None else _dim(a["kdim"])
+    v = e if a["vdim"] is None else _dim(a["vdim"])
+    out: dict[str, Any] = {}
+    if k == e and v == e:
+        out["in_proj_weight"] = _Param((3 * e, e))
+    else:
+        out.update(q_proj_weight=_Param((e, e)), k_proj_weight=_Param((e, k)), v_proj_weight=_Param((e, v)))
+    if a["bias"]:
+        out["in_proj_bias"] = _Param((3 * e,))
+    proj = _Module("NonDynamicallyQuantizableLinear")
+    proj.children = {"weight": _Param((e, e)), **({"bias": _Param((e,))} if a["bias"] else {})}
+    out["out_proj"] = proj
+    if a["add_bias_kv"]:
+        out["bias_k"], out["bias_v"] = _Param((1, 1, e)), _Param((1, 1, e))
+    return out
+
+
+def _transformer_layer(cross: bool) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def build(a: dict[str, Any]) -> dict[str, Any]:
+        d, ff, bias = _dim(a["d_model"]), _dim(a["dim_feedforward"]), a["bias"]
+        attn = {"embed_dim": d, "num_heads": a["nhead"], "bias": bias, "kdim": None, "vdim": None, "add_bias_kv": False}
+
+        def sub(kind: str, children: dict[str, Any]) -> _Module:
+            m = _Module(kind)
+            m.children = children
+            return m
+
+        out: dict[str, Any] = {"self_attn": sub("MultiheadAttention", _mha(attn))}
+        if cross:
+            out["multihead_attn"] = sub("MultiheadAttention", _mha(attn))
+        out["linear1"] = sub("Linear", _linear({"in_features": d, "out_features": ff, "bias": bias}))
+        out["dropout"] = sub("Dropout", {})
+        out["linear2"] = sub("Linear", _linear({"in_features": ff, "out_features": d, "bias": bias}))
+        for n in range(1, 4 if cross else 3):
+            out[f"norm{n}"] = sub("LayerNorm", _layer_norm({"normalized_shape": d, "elementwise_affine": True,
+                                                            "bias": bias}))
+        return out
+    return build
+
+
+_TL_SIG = (("d_model", None), ("nhead", None), ("dim_feedforward", 2048), ("dropout", 0.1), ("activation", None),
+           ("layer_norm_eps", 1e-5), ("batch_first", False), ("norm_first", False), ("bias", True),
+           ("device", None), ("dtype", None))
+
+#: torch.nn classes the reader knows: (signature as (name, default) pairs, children builder). A default of
+#: ``None`` on a leading name that is not given is a missing argument (unknown, never guessed).
+TORCH_PARAMS: dict[str, tuple[tuple[tuple[str, Any], ...], Callable[[dict[str, Any]], dict[str, Any]]]] = {
+    "Linear": ((("in_features", None), ("out_features", None), ("bias", True), ("device", None), ("dtype", None)),
+               _linear),
+    "LayerNorm": ((("normalized_shape", None), ("eps", 1e-5), ("elementwise_affine", True), ("bias", True),
+                   ("device", None), ("dtype", None)), _layer_norm),
+    "RMSNorm": ((("normalized_shape", None), ("eps", None), ("elementwise_affine", True), ("device", None),
+                 ("dtype", None)), _rms_norm),
+    "Embedding": ((("num_embeddings", None), ("embedding_dim", None), ("padding_idx", None), ("max_norm", None),
+                   ("norm_type", 2.0), ("scale_grad_by_freq", False), ("sparse", False), ("_weight", None),
+                   ("_freeze", False), ("device", None), ("dtype", None)), _embedding),
+    "MultiheadAttention": ((("embed_dim", None), ("num_heads", None), ("dropout", 0.0), ("bias", True),
+                            ("add_bias_kv", False), ("add_zero_attn", False), ("kdim", None), ("vdim", None),
+                            ("batch_first", False), ("device", None), ("dtype", None)), _mha),
+    "TransformerEncoderLayer": (_TL_SIG, _transformer_layer(cross=False)),
+    "TransformerDecoderLayer": (_TL_SIG, _transformer_layer(cross=True)),
+}
+_REQUIRED = {"Linear": 2, "LayerNorm": 1, "RMSNorm": 1, "Embedding": 2, "MultiheadAttention": 2,
+             "TransformerEncoderLayer": 2, "TransformerDecoderLayer": 2}
+_TENSOR_MAKERS = {"zeros", "ones", "empty", "randn", "rand", "full", "arange"}
+
+
+def _torch_name(path: str) -> str | None:
+    """``torch.nn.Linear`` / ``torch.nn.modules.linear.Linear`` -> ``Linear``; None when not torch.nn."""
+    parts = path.split(".")
+    if len(parts) >= 3 and parts[0] == "torch" and parts[1] == "nn":
+        return parts[-1]
+    return None
+
+
+class _Reader:
+    def __init__(self, tree: ast.Module) -> None:
+        self.steps = 0
+        self.depth = 0
+        self.classes: dict[str, ast.ClassDef] = {}
+        self.globals: dict[str, Any] = {}
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                self.classes[node.name] = node
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.asname:
+                        self.globals[a.asname] = _Ref(a.name)
+                    else:
+                        root = a.name.split(".")[0]
+                        self.globals[root] = _Ref(root)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for a in node.names:
+                    self.globals[a.asname or a.name] = _Ref(f"{node.module}.{a.name}")
+            elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                try:
+                    self.globals[node.targets[0].id] = self.eval(node.value, {}, None)
+                except (_Unknown, _Fails):
+                    self.globals[node.targets[0].id] = _UNKNOWN
+
+    def tick(self) -> None:
+        self.steps += 1
+        if self.steps > MAX_STEPS:
+            raise _Unknown("too many evaluation steps")
+
+    # ---- expressions
+    def eval(self, node: ast.AST, env: dict[str, Any], mod: _Module | None) -> Any:
+        self.tick()
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH:
+                raise _Unknown("expression nested too deeply")
+            return self._eval(node, env, mod)
+        finally:
+            self.depth -= 1
+
+    def _eval(self, node: ast.AST, env: dict[str, Any], mod: _Module | None) -> Any:
+        if isinstance(node, ast.Constant):
+            if isinstance(node.value, int) and not isinstance(node.value, bool) and abs(node.value) > MAX_INT:
+                raise _Unknown("integer too large")
+            return node.value
+        if isinstance(node, ast.Name):
+            for scope in (env, self.globals):
+                if node.id in scope:
+                    v = scope[node.id]
+                    if v is _UNKNOWN:
+                        raise _Unknown(node.id)
+                    return v
+            if node.id in ("range", "len", "int", "max", "min", "super", "tuple", "list", "setattr", "True",
+                           "False", "None", "OrderedDict", "dict"):
+                return _Ref(f"builtins.{node.id}")
+            if node.id in self.classes:
+                return _Ref(f"local.{node.id}")
+            raise _Unknown(node.id)
+        if isinstance(node, (ast.Tuple, ast.List)):
+            items: list[Any] = []
+            for e in node.elts:
+                if isinstance(e, ast.Starred):
+                    items.extend(self._iter(self.eval(e.value, env, mod)))
+                else:
+                    items.append(self.eval(e, env, mod))
+            return tuple(items) if isinstance(node, ast.Tuple) else items
+        if isinstance(node, ast.Attribute):
+            base = self.eval(node.value, env, mod)
+            if isinstance(base, _Ref):
+                return _Ref(f"{base.path}.{node.attr}")
+            if isinstance(base, _Module):
+                if node.attr in base.attrs:
+                    return base.attrs[node.attr]
+                if node.attr in base.children:
+                    child = base.children[node.attr]
+                    if child is _UNKNOWN:
+                        raise _Unknown(node.attr)
+                    return child
+            raise _Unknown(f".{node.attr}")
+        if isinstance(node, ast.BinOp):
+            return self._binop(node.op, self.eval(node.left, env, mod), self.eval(node.right, env, mod))
+        if isinstance(node, ast.UnaryOp):
+            v = self.eval(node.operand, env, mod)
+            if isinstance(node.op, ast.USub) and isinstance(v, (int, float)):
+                return -v
+            if isinstance(node.op, ast.Not):
+                return not self._truth(v)
+            if isinstance(node.op, ast.UAdd) and isinstance(v, (int, float)):
+                return v
+            raise _Unknown("unary operator")
+        if isinstance(node, ast.BoolOp):
+            vals = [self._truth(self.eval(v, env, mod)) for v in node.values]
+            return all(vals) if isinstance(node.op, ast.And) else any(vals)
+        if isinstance(node, ast.Compare):
+            left = self.eval(node.left, env, mod)
+            for op, comp in zip(node.ops, node.comparators):
+                right = self.eval(comp, env, mod)
+                if not self._compare(op, left, right):
+                    return False
+                left = right
+            return True
+        if isinstance(node, ast.IfExp):
+            return self.eval(node.body if self._truth(self.eval(node.test, env, mod)) else node.orelse, env, mod)
+        if isinstance(node, ast.JoinedStr):
+            parts = []
+            for v in node.values:
+                if isinstance(v, ast.Constant):
+                    parts.append(str(v.value))
+                elif isinstance(v, ast.FormattedValue) and v.format_spec is None and v.conversion == -1:
+                    x = self.eval(v.value, env, mod)
+                    if not isinstance(x, (int, str)):
+                        raise _Unknown("f-string value")
+                    parts.append(str(x))
+                else:
+                    raise _Unknown("f-string format")
+            return "".join(parts)
+        if isinstance(node, (ast.ListComp, ast.GeneratorExp)) and len(node.generators) == 1:
+            gen = node.generators[0]
+            out = []
+            for x in self._iter(self.eval(gen.iter, env, mod)):
+                local = dict(env)
+                self._bind(gen.target, x, local)
+                if all(self._truth(self.eval(c, local, mod)) for c in gen.ifs):
+                    out.append(self.eval(node.elt, local, mod))
+            return out
+        if isinstance(node, ast.Dict):
+            d = {}
+            for k, v in zip(node.keys, node.values):
+                if k is None:
+                    raise _Unknown("dict unpacking")
+                d[self.eval(k, env, mod)] = self.eval(v, env, mod)
+            return d
+        if isinstance(node, ast.Call):
+            return self._call(node, env, mod)
+        raise _Unknown(type(node).__name__)
+
+    def _truth(self, v: Any) -> bool:
+        if isinstance(v, (int, float, str, tuple, list, type(None))):
+            return bool(v)
+        raise _Unknown("truth value")
+
+    def _compare(self, op: ast.cmpop, a: Any, b: Any) -> bool:
+        if isinstance(op, ast.Is):
+            return a is b if a is None or b is None else self._compare(ast.Eq(), a, b)
+        if isinstance(op, ast.IsNot):
+            return not self._compare(ast.Is(), a, b)
+        ok = (int, float, str, type(None))
+        if not isinstance(a, ok) or not isinstance(b, ok):
+            raise _Unknown("comparison")
+        try:
+            if isinstance(op, ast.Eq):
+                return a == b
+            if isinstance(op, ast.NotEq):
+                return a != b
+            if isinstance(op, ast.Lt):
+                return a < b  # type: ignore[operator]
+            if isinstance(op, ast.LtE):
+                return a <= b  # type: ignore[operator]
+            if isinstance(op, ast.Gt):
+                return a > b  # type: ignore[operator]
+            if isinstance(op, ast.GtE):
+                return a >= b  # type: ignore[operator]
+        except TypeError:
+            pass
+        raise _Unknown("comparison")
+
+    def _binop(self, op: ast.operator, a: Any, b: Any) -> Any:
+        if isinstance(a, _TensorVal) and isinstance(b, (int, float)) and isinstance(op, (ast.Mult, ast.Add, ast.Sub,
+                                                                                       ast.Div)):
+            return a
+        if isinstance(b, _TensorVal) and isinstance(a, (int, float)) and isinstance(op, (ast.Mult, ast.Add)):
+            return b
+        nums = (int, float)
+        if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, nums) or not isinstance(b, nums):
+            if isinstance(op, ast.Add) and isinstance(a, str) and isinstance(b, str) and len(a) + len(b) < 1000:
+                return a + b
+            if isinstance(op, ast.Add) and isinstance(a, (tuple, list)) and type(a) is type(b) and len(a) + len(b) < MAX_ITEMS:
+                return a + b
+            raise _Unknown("operands")
+        try:
+            if isinstance(op, ast.Add):
+                r = a + b
+            elif isinstance(op, ast.Sub):
+                r = a - b
+            elif isinstance(op, ast.Mult):
+                r = a * b
+            elif isinstance(op, ast.FloorDiv):
+                r = a // b
+            elif isinstance(op, ast.Mod):
+                r = a % b
+            elif isinstance(op, ast.Div):
+                r = a / b
+            elif isinstance(op, ast.Pow) and isinstance(b, int) and 0 <= b <= 64 and abs(a) <= 2**16:
+                r = a ** b
+            else:
+                raise _Unknown("operator")
+        except (ZeroDivisionError, OverflowError):
+            raise _Unknown("arithmetic") from None
+        if isinstance(r, int) and abs(r) > MAX_INT:
+            raise _Unknown("integer too large")
+        return r
+
+    def _iter(self, v: Any) -> list[Any]:
+        if isinstance(v, (list, tuple)):
+            return list(v)
+        if isinstance(v, range):
+            return list(v)
+        raise _Unknown("not iterable")
+
+    def _bind(self, target: ast.AST, value: Any, env: dict[str, Any]) -> None:
+        if isinstance(target, ast.Name):
+            env[target.id] = value
+        elif isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (tuple, list)) and len(value) == len(target.elts):
+            for t, v in zip(target.elts, value):
+                self._bind(t, v, env)
+        else:
+            raise _Unknown("assignment target")
+
+    def _args(self, node: ast.Call, env: dict[str, Any], mod: _Module | None) -> tuple[list[Any], dict[str, Any]]:
+        args: list[Any] = []
+        for a in node.args:
+            if isinstance(a, ast.Starred):
+                args.extend(self._iter(self.eval(a.value, env, mod)))
+            else:
+                args.append(self.eval(a, env, mod))
+        kwargs: dict[str, Any] = {}
+        for k in node.keywords:
+            if k.arg is None:
+                v = self.eval(k.value, env, mod)
+                if not isinstance(v, dict):
+                    raise _Unknown("** argument")
+                kwargs.update(v)
+            else:
+                kwargs[k.arg] = self.eval(k.value, env, mod)
+        return args, kwargs
+
+    def _call(self, node: ast.Call, env: dict[str, Any], mod: _Module | None) -> Any:
+        func = node.func
+        # method calls on values: list.append, ModuleList.append / extend
+        if isinstance(func, ast.Attribute) and func.attr in ("append", "extend", "add_module", "register_parameter",
+                                                              "register_buffer", "register_module"):
+            target = self.eval(func.value, env, mod)
+            args, kwargs = self._args(node, env, mod)
+            return self._method(target, func.attr, args, kwargs)
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call) and func.attr == "__init__":
+            inner = func.value.func
+            if isinstance(inner, ast.Name) and inner.id == "super" and mod is not None:
+                args, kwargs = self._args(node, env, mod)
+                return self._super_init(env.get("__class__"), mod, args, kwargs)
+        callee = self.eval(func, env, mod)
+        args, kwargs = self._args(node, env, mod)
+        if isinstance(callee, _Ref):
+            return self._call_ref(callee.path, args, kwargs, mod)
+        raise _Unknown("call")
+
+    def _method(self, target: Any, name: str, args: list[Any], kwargs: dict[str, Any]) -> None:
+        if isinstance(target, list) and name in ("append", "extend"):
+            items = [args[0]] if name == "append" else self._iter(args[0])
+            if len(target) + len(items) > MAX_ITEMS:
+                raise _Unknown("list too long")
+            target.extend(items)
+            return None
+        if isinstance(target, _Module):
+            if target.kind in ("ModuleList", "Sequential") and name in ("append", "extend"):
+                items = [args[0]] if name == "append" else self._iter(args[0])
+                for it in items:
+                    target.children[str(len(target.children))] = self._as_child(it)
+                return None
+            if name in ("add_module", "register_module", "register_parameter", "register_buffer") and args:
+                key = args[0]
+                if not isinstance(key, str):
+                    raise _Unknown("module name")
+                value = args[1] if len(args) > 1 else kwargs.get("module", kwargs.get("param", kwargs.get("tensor")))
+                persistent = kwargs.get("persistent", args[2] if len(args) > 2 else True)
+                if name == "register_buffer":
+                    if not persistent or value is None:
+                        target.children.pop(key, None)
+                        return None
+                    value = _Param(value.shape) if isinstance(value, _TensorVal) else _UNKNOWN
+                target.children[key] = self._as_child(value)
+                return None
+        raise _Unknown(f".{name}()")
+
+    def _as_child(self, v: Any) -> Any:
+        if isinstance(v, (_Module, _Param)) or v is _UNKNOWN:
+            return v
+        raise _Unknown("not a module")
+
+    def _call_ref(self, path: str, args: list[Any], kwargs: dict[str, Any], mod: _Module | None) -> Any:
+        if path == "builtins.range":
+            if kwargs or not 1 <= len(args) <= 3 or not all(isinstance(a, int) and not isinstance(a, bool) for a in args):
+                raise _Unknown("range()")
+            r = range(*args)
+            if len(r) > MAX_ITEMS:
+                raise _Unknown("range too long")
+            return r
+        if path in ("builtins.len", "builtins.int", "builtins.max", "builtins.min", "builtins.tuple", "builtins.list"):
+            fn = path.split(".")[1]
+            if kwargs:
+                raise _Unknown(fn)
+            if fn == "len" and len(args) == 1:
+                return len(self._iter(args[0]) if not isinstance(args[0], str) else args[0])
+            if fn == "int" and len(args) == 1 and isinstance(args[0], (int, float)):
+                return int(args[0])
+            if fn in ("tuple", "list") and len(args) == 1:
+                items = self._iter(args[0])
+                return tuple(items) if fn == "tuple" else items
+            if fn in ("max", "min") and args:
+                vals = self._iter(args[0]) if len(args) == 1 else args
+                if vals and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+                    return max(vals) if fn == "max" else min(vals)
+            raise _Unknown(fn)
+        if path == "builtins.setattr" and len(args) == 3 and isinstance(args[0], _Module) and isinstance(args[1], str):
+            self._set(args[0], args[1], args[2])
+            return None
+        if path.endswith(".__init__") and _torch_name(path[: -len(".__init__")]) == "Module":
+            return None  # nn.Module.__init__(self)
+        if path.startswith("local."):
+            return self._instantiate(path[len("local."):], args, kwargs)
+        if path.startswith("torch.") and path.split(".")[1] in _TENSOR_MAKERS:
+            return self._tensor(path.split(".")[1], args, kwargs)
+        if path == "torch.tensor" and args:
+            return _TensorVal(self._shape_of_data(args[0]))
+        name = _torch_name(path)
+        if name is None:
+            raise _Unknown(path)
+        return self._torch_module(name, args, kwargs)
+
+    def _shape_of_data(self, v: Any) -> tuple[int, ...]:
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return ()
+        if isinstance(v, (list, tuple)):
+            if not v:
+                return (0,)
+            inner = {self._shape_of_data(x) for x in v}
+            if len(inner) == 1:
+                return (len(v), *inner.pop())
+        raise _Unknown("tensor data")
+
+    def _tensor(self, fn: str, args: list[Any], kwargs: dict[str, Any]) -> _TensorVal:
+        if fn == "arange":
+            if not 1 <= len(args) <= 3 or not all(isinstance(a, int) and not isinstance(a, bool) for a in args):
+                raise _Unknown("arange()")
+            return _TensorVal((len(range(*args)),))
+        if fn == "full":
+            args = args[:1]
+        if "size" in kwargs:
+            args = [kwargs["size"]]
+        if len(args) == 1 and isinstance(args[0], (tuple, list)):
+            args = list(args[0])
+        return _TensorVal(tuple(_dim(a) for a in args))
+
+    def _torch_module(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> _Module:
+        m = _Module(name)
+        if name == "Parameter":
+            value = args[0] if args else kwargs.get("data")
+            if not isinstance(value, _TensorVal):
+                raise _Unknown("Parameter data")
+            return _Param(value.shape)  # type: ignore[return-value]
+        if name in _NO_PARAMS:
+            return m
+        if name in ("ModuleList", "Sequential", "ModuleDict"):
+            items = args[0] if name != "Sequential" and args else (args if name == "Sequential" else [])
+            if name == "ModuleDict":
+                if not isinstance(items, dict):
+                    raise _Unknown("ModuleDict")
+                for k, v in items.items():
+                    m.children[str(k)] = self._as_child(v)
+                return m
+            for i, it in enumerate(self._iter(items)):
+                m.children[str(i)] = self._as_child(it)
+            return m
+        if name not in TORCH_PARAMS:
+            raise _Unknown(f"torch.nn.{name}")
+        sig, build = TORCH_PARAMS[name]
+        bound = self._bind_sig(name, sig, _REQUIRED[name], args, kwargs)
+        m.children = build(bound)
+        return m
+
+    def _bind_sig(self, name: str, sig: tuple[tuple[str, Any], ...], required: int, args: list[Any],
+                  kwargs: dict[str, Any]) -> dict[str, Any]:
+        if len(args) > len(sig):
+            raise _Fails(f"{name}() takes at most {len(sig)} arguments")
+        bound = {k: d for k, d in sig}
+        given = set()
+        for (k, _), v in zip(sig, args):
+            bound[k] = v
+            given.add(k)
+        for k, v in kwargs.items():
+            if k not in bound:
+                raise _Fails(f"{name}() got an unexpected keyword argument {k!r}")
+            bound[k] = v
+            given.add(k)
+        missing = [k for k, _ in sig[:required] if k not in given]
+        if missing:
+            raise _Fails(f"{name}() is missing {missing}")
+        return bound
+
+    # ---- classes and statements
+    def _bases(self, cls: ast.ClassDef) -> list[str]:
+        out = []
+        for b in cls.bases:
+            try:
+                v = self.eval(b, {}, None)
+            except _Unknown:
+                out.append("?")
+                continue
+            out.append(v.path if isinstance(v, _Ref) else "?")
+        return out
+
+    def _init_of(self, cls: ast.ClassDef) -> ast.FunctionDef | None:
+        for node in cls.body:
+            if isinstance(node, ast.FunctionDef) and node.name == "__init__":
+                return node
+        return None
+
+    def _instantiate(self, cls_name: str, args: list[Any], kwargs: dict[str, Any]) -> _Module:
+        if self.depth > MAX_DEPTH:
+            raise _Unknown("classes nested too deeply")
+        cls = self.classes[cls_name]
+        mod = _Module(cls_name)
+        self._run_init(cls, mod, args, kwargs)
+        return mod
+
+    def _run_init(self, cls: ast.ClassDef, mod: _Module, args: list[Any], kwargs: dict[str, Any]) -> None:
+        init = self._init_of(cls)
+        if init is None:
+            self._super_init(cls.name, mod, args, kwargs)
+            return
+        env = self.bind_call(init, args, kwargs)
+        env["__class__"] = cls.name
+        self.depth += 1
+        try:
+            self._run(init.body, env, mod)
+        finally:
+            self.depth -= 1
+
+    def _super_init(self, cls_name: Any, mod: _Module, args: list[Any], kwargs: dict[str, Any]) -> None:
+        if not isinstance(cls_name, str) or cls_name not in self.classes:
+            raise _Unknown("super()")
+        bases = self._bases(self.classes[cls_name])
+        if len(bases) != 1:
+            raise _Unknown("bases")
+        base = bases[0]
+        if base.startswith("local."):
+            self._run_init(self.classes[base[len("local."):]], mod, args, kwargs)
+            return
+        name = _torch_name(base)
+        if name == "Module":
+            return
+        if name is not None and (name in TORCH_PARAMS or name in _NO_PARAMS):
+            mod.children.update(self._torch_module(name, args, kwargs).children)
+            return
+        raise _Unknown(f"base {base}")
+
+    def bind_call(self, fn: ast.FunctionDef, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Bind arguments as Python would; ``_Fails`` (a TypeError in the real call) when it cannot."""
+        a = fn.args
+        params = [p.arg for p in a.posonlyargs + a.args][1:]  # without self
+        defaults = a.defaults
+        env: dict[str, Any] = {}
+        if len(args) > len(params) and a.vararg is None:
+            raise _Fails(f"{fn.name}() takes {len(params)} positional arguments, {len(args)} given")
+        for p, v in zip(params, args):
+            env[p] = v
+        if a.vararg is not None:
+            env[a.vararg.arg] = tuple(args[len(params):])
+        extra: dict[str, Any] = {}
+        kwonly = [k.arg for k in a.kwonlyargs]
+        for k, v in kwargs.items():
+            if k in env:
+                raise _Fails(f"{fn.name}() got multiple values for argument {k!r}")
+            if k in params or k in kwonly:
+                env[k] = v
+            elif a.kwarg is not None:
+                extra[k] = v
+            else:
+                raise _Fails(f"{HEAD_CLASS if fn.name == '__init__' else fn.name}() got an unexpected keyword "
+                             f"argument {k!r}")
+        first_default = len(params) - len(defaults)
+        for i, p in enumerate(params):
+            if p not in env:
+                if i >= first_default:
+                    env[p] = self._default(defaults[i - first_default])
+                else:
+                    raise _Fails(f"missing a required argument: {p!r}")
+        for k, d in zip(a.kwonlyargs, a.kw_defaults):
+            if k.arg not in env:
+                if d is None:
+                    raise _Fails(f"missing a required keyword-only argument: {k.arg!r}")
+                env[k.arg] = self._default(d)
+        if a.kwarg is not None:
+            env[a.kwarg.arg] = extra
+        env["self"] = None  # replaced by the caller's module through _run
+        return env
+
+    def _default(self, node: ast.AST) -> Any:
+        try:
+            return self.eval(node, {}, None)
+        except _Unknown:
+            return _UNKNOWN
+
+    def _set(self, mod: _Module, name: str, value: Any) -> None:
+        if isinstance(value, (_Module, _Param)) or value is _UNKNOWN:
+            mod.attrs.pop(name, None)
+            mod.children[name] = value
+        elif value is None and name in mod.children:
+            mod.children[name] = None
+        else:
+            mod.attrs[name] = value
+
+    def _assign(self, target: ast.AST, value: Any, env: dict[str, Any], mod: _Module) -> None:
+        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+            self._set(mod, target.attr, value)
+        elif isinstance(target, ast.Name):
+            env[target.id] = value
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            if not isinstance(value, (tuple, list)) or len(value) != len(target.elts):
+                raise _Unknown("unpacking")
+            for t, v in zip(target.elts, value):
+                self._assign(t, v, env, mod)
+        else:
+            raise _Unknown("assignment target")
+
+    def _self_targets(self, body: list[ast.stmt]) -> set[str]:
+        names = set()
+        for node in body:
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and sub.value.id == "self" \
+                        and isinstance(sub.ctx, ast.Store):
+                    names.add(sub.attr)
+        return names
+
+    def _only_self_assignments(self, body: list[ast.stmt]) -> bool:
+        for node in body:
+            if isinstance(node, ast.If):
+                if not self._only_self_assignments(node.body + node.orelse):
+                    return False
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if not all(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
+                           for t in targets):
+                    return False
+            elif not isinstance(node, ast.Pass):
+                return False
+        return True
+
+    def _run(self, body: list[ast.stmt], env: dict[str, Any], mod: _Module) -> None:
+        env["self"] = mod
+        for node in body:
+            self.tick()
+            if isinstance(node, (ast.Pass, ast.Assert)):
+                continue
+            if isinstance(node, ast.Expr):
+                if isinstance(node.value, ast.Constant):
+                    continue
+                if isinstance(node.value, ast.Call):
+                    self.eval(node.value, env, mod)
+                    continue
+                raise _Unknown("expression statement")
+            if isinstance(node, (ast.Assign, ast.AnnAssign)):
+                if node.value is None:
+                    continue
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                try:
+                    value = self.eval(node.value, env, mod)
+                except _Unknown:
+                    value = _UNKNOWN
+                for t in targets:
+                    if value is _UNKNOWN and not (isinstance(t, ast.Attribute) or isinstance(t, ast.Name)):
+                        raise _Unknown("unpacking of an unknown value")
+                    self._assign(t, value, env, mod)
+                continue
+            if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+                env[node.target.id] = self._binop(node.op, self.eval(node.target, env, mod),
+                                                  self.eval(node.value, env, mod))
+                continue
+            if isinstance(node, ast.For) and not node.orelse:
+                for x in self._iter(self.eval(node.iter, env, mod)):
+                    self._bind(node.target, x, env)
+                    self._run(node.body, env, mod)
+                continue
+            if isinstance(node, ast.If):
+                try:
+                    branch = node.body if self._truth(self.eval(node.test, env, mod)) else node.orelse
+                except _Unknown:
+                    if not self._only_self_assignments(node.body + node.orelse):
+                        raise _Unknown("an if the reader cannot decide") from None
+                    for name in self._self_targets(node.body + node.orelse):
+                        mod.children[name] = _UNKNOWN  # either branch's module: unknown, never guessed
+                    continue
+                self._run(branch, env, mod)
+                continue
+            raise _Unknown(type(node).__name__)
+
+
+def _flatten(mod: _Module, prefix: str, tensors: dict[str, tuple[int, ...]], unknown: list[str]) -> None:
+    for name, child in mod.children.items():
+        path = f"{prefix}{name}"
+        if child is _UNKNOWN:
+            unknown.append(path)
+        elif isinstance(child, _Param):
+            tensors[path] = child.shape
+        elif isinstance(child, _Module):
+            _flatten(child, path + ".", tensors, unknown)
+
+
+def parse_source(source: bytes) -> tuple[ast.Module | None, str]:
+    """The syntax tree, or None and why: ``invalid: ...`` (not Python) or ``unread: ...`` (over limits)."""
+    if len(source) > MAX_SOURCE_BYTES:
+        return None, f"unread: {len(source)} bytes, over the {MAX_SOURCE_BYTES} bytes the reader parses"
+    try:
+        text = source.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, f"invalid: not UTF-8 ({exc.reason} at byte {exc.start})"
+    try:
+        return ast.parse(text, filename="joint_schema_model.py"), ""
+    except SyntaxError as exc:
+        return None, f"invalid: {exc.msg} (line {exc.lineno})"
+    except (RecursionError, MemoryError) as exc:
+        return None, f"unread: nested too deeply to parse ({type(exc).__name__})"
+    except ValueError as exc:  # null bytes
+        return None, f"invalid: {exc}"
+
+
+def under(name: str, prefixes: tuple[str, ...]) -> bool:
+    """Whether a tensor name lies in one of these module subtrees (``""``: the whole head)."""
+    return any(p == "" or name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def read_reference(source: bytes, config: Mapping[str, Any]) -> Reference:
+    """The head ``JointSchemaHead(**config)`` builds, read from the reference file's bytes without running it."""
+    tree, why = parse_source(source)
+    if tree is None:
+        status, _, reason = why.partition(": ")
+        return Reference(status, reason)
+    try:
+        reader = _Reader(tree)
+        cls = reader.classes.get(HEAD_CLASS)
+        if cls is None:
+            return Reference("unread", f"no class {HEAD_CLASS} at the top level")
+        init = reader._init_of(cls)
+        config = dict(config)
+        rejected: tuple[str, ...] = ()
+        if init is not None:
+            if init.args.kwarg is None:
+                takes = {p.arg for p in init.args.args[1:] + init.args.kwonlyargs}
+                rejected = tuple(sorted(k for k in config if k not in takes))
+                config = {k: v for k, v in config.items() if k in takes}
+            try:
+                reader.bind_call(init, [], config)
+            except _Fails as exc:
+                return Reference("ok", "", {}, ("",), f"{HEAD_CLASS}(**config) raises TypeError: {exc}", "missing",
+                                 rejected)
+        mod = _Module(HEAD_CLASS)
+        stopped = ""
+        try:
+            reader._run_init(cls, mod, [], config)
+        except _Fails as exc:
+            return Reference("ok", "", {}, ("",), f"{HEAD_CLASS}(**config) raises: {exc}", "fails", rejected)
+        except _Unknown as exc:
+            stopped = str(exc) or "an expression the reader does not evaluate"
+        tensors: dict[str, tuple[int, ...]] = {}
+        unknown: list[str] = []
+        _flatten(mod, "", tensors, unknown)
+        if stopped:
+            return Reference("ok", f"read up to {stopped}", tensors, ("", *unknown), rejected=rejected)
+        return Reference("ok", "", tensors, tuple(unknown), rejected=rejected)
+    except (RecursionError, MemoryError, TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+        # bounded evaluation of arbitrary syntax: whatever slips past the bounds is "not read", never a crash
+        return Reference("unread", f"not evaluated ({type(exc).__name__})")

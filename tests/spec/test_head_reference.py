@@ -1,0 +1,189 @@
+"""The static reader of joint_schema_model.py (spec/head_reference.py), against its oracle: real torch.
+
+Each reference definition of fixtures/head_references is imported and built with torch on the meta
+device; its state_dict's names and shapes must be exactly what the reader reads from the file's syntax
+tree, at several configs. Hostile files are never run (each would create a marker file if it were) and
+never crash the reader.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from clef_format.fixtures.builders import HEAD_REFERENCES
+from clef_format.read.safetensors import encode_header
+from clef_format.spec.head_reference import MAX_SOURCE_BYTES, TORCH_PARAMS, read_reference
+from clef_format.spec.joint_head import (
+    RELEASE_CONFIG, RELEASE_FILE_BYTES, RELEASE_TENSORS, HeadConfig, all_tensors,
+)
+
+torch = pytest.importorskip("torch")
+
+TINY = {"hidden_size": 64, "width": 32, "routing_layers": 2, "layers": 4, "heads": 4, "feedforward": 64}
+ODD = {"hidden_size": 48, "width": 24, "routing_layers": 3, "layers": 1, "heads": 6, "feedforward": 40}
+REFERENCES = sorted(p.stem for p in HEAD_REFERENCES.glob("*.py"))
+
+
+def _torch_state(path: Path, config: dict) -> dict[str, tuple[int, ...]]:
+    spec = importlib.util.spec_from_file_location(f"ref_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with torch.device("meta"):
+        head = module.JointSchemaHead(**config)
+    return {k: tuple(v.shape) for k, v in head.state_dict().items()}
+
+
+def test_there_are_several_reference_definitions() -> None:
+    assert {"inferred", "release", "rms_blocks", "subclassed"} <= set(REFERENCES)
+
+
+@pytest.mark.parametrize("config", [RELEASE_CONFIG, TINY, ODD], ids=["release", "tiny", "odd"])
+@pytest.mark.parametrize("name", REFERENCES)
+def test_the_reader_reads_what_torch_builds(name: str, config: dict) -> None:
+    path = HEAD_REFERENCES / f"{name}.py"
+    ref = read_reference(path.read_bytes(), config)
+    assert (ref.status, ref.unknown, ref.fails, ref.rejected) == ("ok", (), "", ())
+    assert ref.tensors == _torch_state(path, config)
+
+
+def test_the_inferred_reference_builds_the_inferred_names() -> None:
+    ref = read_reference((HEAD_REFERENCES / "inferred.py").read_bytes(), RELEASE_CONFIG)
+    assert ref.tensors == all_tensors(HeadConfig(**RELEASE_CONFIG))
+    assert len(ref.tensors) == 116
+
+
+def test_the_release_sized_reference_lands_on_the_published_figures() -> None:
+    """122 BF16 tensors and 243,538,016 bytes, as the arithmetic below shows."""
+    ref = read_reference((HEAD_REFERENCES / "release.py").read_bytes(), RELEASE_CONFIG)
+    h, w, ff = 4096, 1024, 4096
+    mha = 3 * w * w + 3 * w + w * w + w                      # in_proj weight/bias, out_proj weight/bias
+    ffn = ff * w + ff + w * ff + w                           # two linears with biases
+    evidence = mha + 2 * 2 * w + ffn + 2 * w                 # attention, 2 norms, feed-forward, 2 gates [w]
+    decoder = 2 * mha + ffn + 3 * 2 * w                      # self + cross attention, feed-forward, 3 norms
+    params = (2 * h + 6 * w * h + 3 * w + 2 * evidence + 4 * decoder + 3 * 2 * w
+              + (4 * w * w + w) + (w + 1) + 3)               # norms, projections, types, stacks, scorer, scalars
+    assert params == sum(_numel(s) for s in ref.tensors.values()) == 121_762_820
+    tensors = 2 + 6 + 1 + 2 * 14 + 4 * 18 + 3 * 2 + 4 + 3
+    assert tensors == len(ref.tensors) == RELEASE_TENSORS == 122
+    header, data = encode_header([(n, "BF16", s) for n, s in sorted(ref.tensors.items())], {"format": "pt"})
+    assert data == 2 * params
+    assert len(header) == 8 + 12_368
+    assert len(header) + data == RELEASE_FILE_BYTES == 243_538_016
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+@pytest.mark.parametrize("source, kwargs", [
+    ("nn.Linear(7, 5)", {}), ("nn.Linear(7, 5, bias=False)", {}),
+    ("nn.LayerNorm(9)", {}), ("nn.LayerNorm((3, 4), elementwise_affine=False)", {}), ("nn.LayerNorm(9, bias=False)", {}),
+    ("nn.RMSNorm(9)", {}), ("nn.Embedding(11, 6)", {}),
+    ("nn.MultiheadAttention(8, 2)", {}), ("nn.MultiheadAttention(8, 2, bias=False, add_bias_kv=True)", {}),
+    ("nn.MultiheadAttention(8, 2, kdim=5, vdim=3)", {}),
+    ("nn.TransformerEncoderLayer(8, 2, 12)", {}), ("nn.TransformerEncoderLayer(8, 2, bias=False)", {}),
+    ("nn.TransformerDecoderLayer(d_model=8, nhead=4, dim_feedforward=20)", {}),
+    ("nn.Sequential(nn.Linear(3, 4), nn.GELU(), nn.Dropout(), nn.Linear(4, 2))", {}),
+])
+def test_torch_layer_shapes_are_torchs_own(tmp_path: Path, source: str, kwargs: dict) -> None:
+    code = f"import torch\nfrom torch import nn\n\nclass JointSchemaHead(nn.Module):\n    def __init__(self):\n" \
+           f"        super().__init__()\n        self.m = {source}\n"
+    path = tmp_path / "joint_schema_model.py"
+    path.write_text(code)
+    ref = read_reference(code.encode(), {})
+    assert (ref.status, ref.unknown) == ("ok", ())
+    assert ref.tensors == _torch_state(path, {})
+
+
+def test_every_torch_class_the_reader_knows_is_tested() -> None:
+    source = " ".join(p[0] for p in test_torch_layer_shapes_are_torchs_own.pytestmark[0].args[1])
+    assert all(name in source for name in TORCH_PARAMS)
+
+
+# ---- what the reader cannot evaluate is unknown, never guessed
+HEAD = "import torch\nfrom torch import nn\n\nclass JointSchemaHead(nn.Module):\n    def __init__(self, width):\n" \
+       "        super().__init__()\n"
+
+
+@pytest.mark.parametrize("body, unknown", [
+    ("self.a = nn.Linear(width, 2)\n        self.b = nn.Conv1d(width, 2, 3)\n", ("b",)),
+    ("self.a = nn.Linear(width, 2)\n        self.b = make_block(width)\n", ("b",)),
+    ("if torch.cuda.is_available():\n            self.b = nn.Linear(2, 2)\n        self.a = nn.Linear(width, 2)\n",
+     ("b",)),
+    ("self.a = nn.Linear(width, 2)\n        while True:\n            pass\n", ("",)),
+    ("self.a = nn.Linear(width, 2)\n        self.b = nn.ModuleList([nn.Linear(2, 2) for _ in range(10**9)])\n", ("b",)),
+    ("self.a = nn.Linear(width, 2)\n        self.b = nn.Linear(10**10**10, 2)\n", ("b",)),
+])
+def test_what_the_reader_cannot_evaluate_is_an_unknown_subtree(body: str, unknown: tuple[str, ...]) -> None:
+    ref = read_reference((HEAD + "        " + body).encode(), {"width": 8})
+    assert ref.status == "ok" and ref.unknown == unknown
+    assert ref.tensors["a.weight"] == (2, 8)
+
+
+def test_a_key_the_constructor_does_not_take_is_rejected_and_a_missing_one_fails() -> None:
+    code = (HEAD + "        self.a = nn.Linear(width, 2)\n").encode()
+    extra = read_reference(code, {"width": 8, "dropout": 0.1})
+    assert extra.rejected == ("dropout",) and extra.tensors == {"a.weight": (2, 8), "a.bias": (2,)}
+    missing = read_reference(code, {})
+    assert missing.fails_kind == "missing" and "width" in missing.fails
+
+
+def test_an_attention_whose_heads_do_not_divide_the_width_fails_as_torch_does() -> None:
+    code = (HEAD + "        self.a = nn.MultiheadAttention(width, 3)\n").encode()
+    assert read_reference(code, {"width": 8}).fails_kind == "fails"
+    with pytest.raises(AssertionError):
+        torch.nn.MultiheadAttention(8, 3, device="meta")
+
+
+# ---- hostile files: never run, never a crash
+def _marker_code(marker: Path) -> str:
+    return f"open({str(marker)!r}, 'w').write('ran')"
+
+
+def _hostile(marker: Path) -> dict[str, bytes]:
+    run = _marker_code(marker)
+    return {
+        "top-level": f"import os\nos.system('touch {marker}')\n{run}\n{HEAD}        self.a = nn.Linear(2, 2)\n".encode(),
+        "in-init": (HEAD + f"        import os\n        os.system('touch {marker}')\n        {run}\n").encode(),
+        "class-body": f"import torch\nclass JointSchemaHead:\n    {run}\n    def __init__(self, width): pass\n".encode(),
+        "default-arg": f"class JointSchemaHead:\n    def __init__(self, width=({run})): pass\n".encode(),
+        "syntax-error": f"{run}\nclass JointSchemaHead(:\n".encode(),
+        "huge": f"{run}\n".encode() + b"#" * (10 * 1024 * 1024),
+        "deep-parens": f"{run}\nx = ".encode() + b"(" * 1000 + b"1" + b")" * 1000 + b"\n",
+        "deep-lists": f"{run}\nx = ".encode() + b"[" * 1000 + b"]" * 1000 + b"\n",
+        "deep-unary": f"{run}\nx = ".encode() + b"-" * 100_000 + b"1\n",
+        "deep-blocks": (f"{run}\n" + "".join(" " * i + "if x:\n" for i in range(1000)) + " " * 1000 + "pass\n").encode(),
+        "long-sum": (HEAD + "        self.a = nn.Linear(" + "+".join(["1"] * 500) + ", 2)\n").encode(),
+        "self-recursion": (HEAD + "        self.a = JointSchemaHead(width)\n").encode(),
+        "mutual-recursion": ("import torch\nfrom torch import nn\nclass A(nn.Module):\n    def __init__(self):\n"
+                             "        super().__init__()\n        self.b = B()\n"
+                             "class B(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                             "        self.a = A()\n" + HEAD.split("\n\n", 1)[1] + "        self.x = A()\n").encode(),
+        "huge-loop": (HEAD + "        for i in range(60000):\n            for j in range(60000):\n"
+                      "                self.a = nn.Linear(i, j)\n").encode(),
+        "null-bytes": b"class JointSchemaHead:\x00\n",
+        "not-utf8": b"\xff\xfe\x00class",
+        "no-class": f"{run}\n".encode(),
+    }
+
+
+@pytest.mark.parametrize("case", list(_hostile(Path("/x"))))
+def test_a_hostile_reference_is_never_run_and_never_crashes(tmp_path: Path, case: str) -> None:
+    marker = tmp_path / "ran"
+    source = _hostile(marker)[case]
+    ref = read_reference(source, {"width": 8})
+    assert not marker.exists()
+    assert ref.status in ("ok", "invalid", "unread")
+    if case in ("syntax-error", "null-bytes", "not-utf8", "deep-parens", "deep-lists", "deep-blocks"):
+        assert ref.status == "invalid", ref
+    if case in ("huge",):
+        assert ref.status == "unread" and str(MAX_SOURCE_BYTES) in ref.reason
+    if case in ("self-recursion", "mutual-recursion", "huge-loop", "long-sum"):
+        assert ref.status == "ok" and ref.unknown, ref

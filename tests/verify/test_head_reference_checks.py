@@ -1,0 +1,236 @@
+"""The joint head checked from facts (verify/checks/head.py): the checkpoint's own joint_schema_model.py
+first, the published figures where it cannot be read, the inferred names only as a note.
+
+Every valid head of every reference definition verifies OK and migrates; every single mutation of one
+(a tensor dropped, one added, a matrix transposed, an attention projection of the wrong shape, a
+feedforward width the layers do not have, another dtype) is an error. The release-sized head (122 BF16
+tensors, 243,538,016 bytes) verifies OK with or without its reference file read.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from clef_format.fixtures.builders import head_reference_code, head_shapes
+from clef_format.fixtures.sparse import write_sparse
+from clef_format.fixtures.tensors import Tensor, bf16, generator, save_file
+from clef_format.read.checkpoint import read_checkpoint
+from clef_format.read.safetensors import read_header
+from clef_format.spec import layouts as L
+from clef_format.spec.joint_head import RELEASE_CONFIG, RELEASE_FILE_BYTES, RELEASE_TENSORS
+from clef_format.verify.checks.head import check_head
+from clef_format.verify.run import verify_checkpoint
+from tests.migrate.helpers import cli, migrate_json
+
+REFERENCES = ("inferred", "release", "rms_blocks", "subclassed")
+HEAD_ERRORS = {"head-incomplete", "head-unexpected", "head-config-invalid"}
+
+
+def _errors(root: Path) -> list[dict]:
+    return [f.to_dict() for f in verify_checkpoint(read_checkpoint(root), str(root)).findings if f.severity == "error"]
+
+
+def _head_findings(root: Path) -> list[dict]:
+    return [f.to_dict() for f in check_head(read_checkpoint(root))]
+
+
+def _config(root: Path) -> dict:
+    return json.loads((root / L.HEAD_CONFIG).read_text())
+
+
+def _write_head(root: Path, entries: dict[str, tuple[str, tuple[int, ...]]]) -> None:
+    g = generator(7)
+    tensors = {n: bf16(s, g) if d == "BF16" else Tensor(d, np.zeros(s, np.float32)) for n, (d, s) in entries.items()}
+    save_file(tensors, root / L.HEAD_WEIGHTS, metadata={"format": "pt"})
+
+
+def _entries(root: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
+    return {n: (i.dtype, i.shape) for n, i in read_header(root / L.HEAD_WEIGHTS).tensors.items()}
+
+
+@pytest.mark.parametrize("name", REFERENCES)
+def test_each_reference_heads_checkpoint_verifies_ok(fresh, name: str) -> None:
+    root = fresh("layout-2", "bf16", head_reference=name)
+    assert (root / L.HEAD_CODE).read_text() == head_reference_code(name)
+    assert _errors(root) == []
+    assert not [f for f in _head_findings(root) if f["code"] == "head-names-inferred"]
+
+
+@pytest.mark.parametrize("name", REFERENCES)
+def test_each_reference_heads_checkpoint_migrates(fresh, name: str) -> None:
+    root = fresh("layout-1", "hybrid", head_reference=name)
+    code, out = migrate_json(str(root))
+    assert code == 0, out
+    assert _errors(root) == []
+
+
+def _first(entries: dict, pred) -> str:
+    return next(n for n in sorted(entries) if pred(n, entries[n]))
+
+
+def _drop(e: dict) -> None:
+    e.pop(_first(e, lambda n, v: n.startswith("layers.")))
+
+
+def _add(e: dict) -> None:
+    e["option_gate.weight"] = ("BF16", (4,))
+
+
+def _add_inside(e: dict) -> None:
+    layer = _first(e, lambda n, v: n.startswith("layers.0.")).split(".")[:2]
+    e[".".join(layer + ["extra_norm", "weight"])] = ("BF16", (32,))
+
+
+def _transpose(e: dict) -> None:
+    name = _first(e, lambda n, v: len(v[1]) == 2 and v[1][0] != v[1][1] and n.startswith(("layers.", "evidence")))
+    e[name] = (e[name][0], tuple(reversed(e[name][1])))
+
+
+def _wrong_in_proj(e: dict) -> None:
+    name = _first(e, lambda n, v: n.endswith("in_proj_weight") or n.endswith(".q.weight"))
+    rows, cols = e[name][1]
+    e[name] = (e[name][0], (cols, rows * 3) if rows != cols else (rows, 3 * cols))
+
+
+def _dtype(e: dict) -> None:
+    name = _first(e, lambda n, v: True)
+    e[name] = ("F32", e[name][1])
+
+
+MUTATIONS = {"drop": _drop, "add": _add, "add-inside": _add_inside, "transpose": _transpose,
+             "in-proj": _wrong_in_proj, "dtype": _dtype}
+
+
+@pytest.mark.parametrize("mutation", list(MUTATIONS))
+@pytest.mark.parametrize("name", REFERENCES)
+def test_each_single_mutation_of_each_head_is_an_error(fresh, name: str, mutation: str) -> None:
+    root = fresh("layout-2", "bf16", head_reference=name)
+    entries = _entries(root)
+    MUTATIONS[mutation](entries)
+    _write_head(root, entries)
+    errors = [f for f in _head_findings(root) if f["severity"] == "error"]
+    assert errors and {f["code"] for f in errors} <= HEAD_ERRORS, errors
+
+
+@pytest.mark.parametrize("name", REFERENCES)
+def test_a_feedforward_the_layers_were_not_built_with_is_an_error(fresh, name: str) -> None:
+    root = fresh("layout-2", "bf16", head_reference=name)
+    cfg = _config(root)
+    (root / L.HEAD_CONFIG).write_text(json.dumps({**cfg, "feedforward": cfg["feedforward"] * 2}))
+    assert {f["code"] for f in _head_findings(root) if f["severity"] == "error"} & HEAD_ERRORS
+
+
+# ---- the release-sized head: facts decide where the reference is not read
+def _release_head(root: Path, code: str | None = None, entries: dict | None = None) -> None:
+    """The release config and the release-sized head (sparse data) in a tiny checkpoint."""
+    shapes = head_shapes(head_reference_code("release"), RELEASE_CONFIG)
+    write_sparse(root / L.HEAD_WEIGHTS, entries or {n: ("BF16", s) for n, s in shapes.items()}, {"format": "pt"})
+    (root / L.HEAD_CONFIG).write_text(json.dumps({**RELEASE_CONFIG, L.MARKER_KEY: ">=0.2.0"}))
+    (root / L.HEAD_CODE).write_text(code if code is not None else head_reference_code("release"))
+
+
+def _not_backbone(findings: list[dict]) -> list[dict]:
+    return [f for f in findings if "differs from the backbone" not in f["message"]]
+
+
+#: A reference file the reader cannot follow: the head builds itself in a helper it cannot see into.
+UNREAD = "from torch import nn\n\nclass JointSchemaHead(nn.Module):\n    def __init__(self, **config):\n" \
+         "        super().__init__()\n        build_from(self, config)\n"
+
+
+@pytest.mark.parametrize("code", [None, UNREAD, "x" * (1024 * 1024 + 1)], ids=["read", "not-followed", "too-big"])
+def test_the_release_sized_head_verifies_ok(fresh, code: str | None) -> None:
+    root = fresh("layout-2", "bf16")
+    _release_head(root, code)
+    assert (root / L.HEAD_WEIGHTS).stat().st_size == RELEASE_FILE_BYTES
+    assert len(read_header(root / L.HEAD_WEIGHTS).tensors) == RELEASE_TENSORS
+    findings = _not_backbone(_head_findings(root))
+    assert [f for f in findings if f["severity"] == "error"] == []
+    if code is not None:  # only facts judged it; the 6 tensors no inferred name covers are a note
+        notes = {f["code"] for f in findings}
+        assert "head-names-inferred" in notes and {f["severity"] for f in findings} == {"info"}
+
+
+def _release_entries() -> dict:
+    return {n: ("BF16", s) for n, s in head_shapes(head_reference_code("release"), RELEASE_CONFIG).items()}
+
+
+def _bad_stack(e: dict) -> None:
+    e.pop("layers.1.norm3.bias")
+    e["layers.1.norm4.bias"] = ("BF16", (1024,))
+
+
+FACT_MUTATIONS = {
+    "drop": lambda e: e.pop("residual_gate"),
+    "add": lambda e: e.update({"residual_bias": ("BF16", ())}),
+    "transpose-linear1": lambda e: e.update({"layers.2.linear1.weight": ("BF16", (1024, 4096)),
+                                             "layers.2.linear2.weight": ("BF16", (4096, 1024))}),
+    "in-proj-w-3w": lambda e: e.update({"layers.0.self_attn.in_proj_weight": ("BF16", (1024, 3072))}),
+    "resized": lambda e: e.update({"option_score_norm.weight": ("BF16", (1028,))}),
+    "stack-asymmetry": _bad_stack,
+    "dtype": lambda e: e.update({"residual_gate": ("F32", ())}),
+}
+
+
+@pytest.mark.parametrize("mutation", list(FACT_MUTATIONS))
+def test_each_mutation_of_the_release_sized_head_is_an_error_from_facts_alone(fresh, mutation: str) -> None:
+    root = fresh("layout-2", "bf16")
+    entries = _release_entries()
+    FACT_MUTATIONS[mutation](entries)
+    _release_head(root, UNREAD, entries)
+    errors = [f for f in _not_backbone(_head_findings(root)) if f["severity"] == "error"]
+    assert errors and {f["code"] for f in errors} <= HEAD_ERRORS, errors
+
+
+def test_a_feedforward_equal_to_width_while_linear1_has_more_rows_is_an_error_from_torchs_shapes(fresh) -> None:
+    root = fresh("layout-2", "bf16")
+    _release_head(root, UNREAD)
+    (root / L.HEAD_CONFIG).write_text(json.dumps({**RELEASE_CONFIG, "feedforward": 1024}))
+    errors = [f for f in _not_backbone(_head_findings(root)) if f["severity"] == "error"]
+    assert any(f.get("tensor") == "layers.0.linear1.weight" and "torch's transformer layer" in f["message"]
+               for f in errors), errors
+
+
+def test_a_head_differing_only_from_the_inferred_names_is_only_a_note(fresh) -> None:
+    """Tiny config, no reference read: renamed top-level tensors are a note, never an error."""
+    root = fresh("layout-2", "bf16")
+    entries = _entries(root)
+    entries["prior_scale"] = entries.pop("prior_logit_scale")
+    _write_head(root, entries)
+    (root / L.HEAD_CODE).write_text(UNREAD)
+    findings = _head_findings(root)
+    assert [f for f in findings if f["severity"] == "error"] == []
+    assert any(f["code"] == "head-names-inferred" and "prior_logit_scale" in f["message"] for f in findings)
+
+
+# ---- the reference file itself
+def test_a_reference_that_is_not_python_is_one_error_and_never_runs(fresh, tmp_path: Path) -> None:
+    root = fresh("layout-2", "bf16")
+    marker = tmp_path / "ran"
+    (root / L.HEAD_CODE).write_text(f"open({str(marker)!r}, 'w')\nclass JointSchemaHead(:\n")
+    proc = cli("verify", str(root), "--json")
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 1 and not marker.exists()
+    (finding,) = [f for f in report["findings"] if f["code"] == "head-code-invalid"]
+    assert finding["severity"] == "error" and finding["file"] == L.HEAD_CODE
+    assert "line 2" in finding["message"]
+
+
+@pytest.mark.parametrize("where", ["top", "init"])
+def test_a_reference_that_would_run_commands_is_read_not_run(fresh, tmp_path: Path, where: str) -> None:
+    root = fresh("layout-2", "bf16")
+    marker = tmp_path / "ran"
+    run = f"import os; os.system('touch {marker}'); open({str(marker)!r}, 'w')"
+    code = head_reference_code("inferred")
+    if where == "top":
+        code = run + "\n" + code
+    else:
+        code = code.replace("super().__init__()", f"super().__init__()\n        {run}")
+    (root / L.HEAD_CODE).write_text(code)
+    proc = cli("verify", str(root), "--json")
+    assert not marker.exists()
+    assert proc.returncode in (0, 1) and json.loads(proc.stdout)["path"]
