@@ -619,3 +619,39 @@ __all__ = [
     "resolve_hf", "resolve_hf_module", "resolve_layer", "resolve_vllm", "should_ignore", "stored_schemes",
     "vllm_view",
 ]
+
+
+# ----------------------------------------------------------------------------- class-name targets
+
+
+def class_only_targets(cfg: ModelConfig, qc: QuantConfig) -> list[str]:
+    """Targets that match no HF module, neither by name nor as compressed-tensors matches a class (the
+    exact name ``Linear``). vLLM still matches such a target against its layers' class names (a ``re:``
+    pattern with re.match, a plain one as a case-insensitive substring: ``re:.*Linear``, ``linear``), so
+    vLLM may build quantized layers the quantizer never quantized by that target."""
+    names = [s.name for s in linear_modules(cfg)] + [vllm_names.lm_head_spec(cfg).name]
+    return [t for t in qc.targets
+            if t not in vllm_names.HF_LINEAR_CLASSES and not any(equal_or_regex(n, t) for n in names)]
+
+
+def class_matched_modules(cfg: ModelConfig, qc: QuantConfig, version: str = DEFAULT_VLLM) -> dict[str, Entry]:
+    """HF modules the quantizer left alone (no target, not ignored) that vLLM quantizes through a
+    class-only target: module -> the entry of the group vLLM builds them with."""
+    class_only = class_only_targets(cfg, qc)
+    if not class_only:
+        return {}
+    model = vllm_names.build(cfg, version)
+    vq = vllm_view(qc, model)
+    mapped = {vq.mapped_from[t] for t in class_only if t in vq.mapped_from}
+    hf = resolve_hf(cfg, qc)
+    out: dict[str, Entry] = {}
+    for layer in model.layers:
+        d = resolve_layer(layer, vq, model)
+        if d.scheme is None or d.target not in mapped:
+            continue
+        entry = vq.targets[d.target]
+        for shard in layer.shards:
+            h = hf.get(shard.name)
+            if h is None or (h.scheme is None and not h.ignored):
+                out[shard.name] = entry
+    return out

@@ -257,3 +257,35 @@ def test_args_compressed_tensors_refuses_stay_refused(fresh: Callable[..., Path]
     fs = findings_with(fresh("layout-2", "fp8"), lambda q: q["config_groups"]["group_0"]["weights"].update({field: value}))
     (f,) = by_code(fs, "quant-config-invalid")
     assert f.severity == "error" and field in f.message
+
+
+@pytest.mark.parametrize("target", [r"re:.*Linear", "linear"])
+def test_class_name_target_is_one_pattern_finding_with_a_pattern_fix(fresh: Callable[..., Path], target: str) -> None:
+    """vLLM matches these against its layers' class names (re.match / case-insensitive substring) and builds
+    every layer FP8 as stored; compressed-tensors' quantizer matches neither. The finding names the pattern
+    and its fix; the backbone is not blamed (it was 100 tensor errors telling to re-download it)."""
+    from clef_format.verify.run import verify
+
+    root = fresh("layout-2", "fp8")
+
+    def retarget(value: str) -> None:
+        cfg_path = root / "config.json"
+        config = json.loads(cfg_path.read_text())
+        config["quantization_config"]["config_groups"]["group_0"]["targets"] = [value]
+        cfg_path.write_text(json.dumps(config))
+
+    retarget(target)
+    report = verify(str(root))
+    assert report.ok, [f for f in report.findings if f.severity == "error"]
+    (f,) = [f for f in report.findings if f.severity != "info"]
+    assert (f.code, f.severity, f.fix) == ("pattern-class-name", "warning", f"use 'Linear' instead of '{target}'")
+    assert f"target '{target}'" in f.message and "ColumnParallelLinear" in f.message
+    retarget("Linear")  # the fix
+    assert not [f for f in verify(str(root)).findings if f.severity != "info"]
+
+
+def test_class_name_target_over_bf16_weights_is_still_an_error(fresh: Callable[..., Path]) -> None:
+    """Where vLLM builds FP8 by class name over weights stored BF16, the layers are still refused."""
+    fs = findings_with(fresh("layout-2", "bf16"), lambda c: c.update(quantization_config=quant_dict(
+        [("FP8_DYNAMIC", [r"re:.*Linear"], None)], ["lm_head", r"re:.*visual.*"], "float-quantized")))
+    assert by_code(fs, "pattern-class-name") and any(f.severity == "error" for f in fs)

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 from clef_format.read.checkpoint import Checkpoint
 from clef_format.spec.findings import Finding, error, warning
 from clef_format.spec.layouts import Layout
+from clef_format.vllm_rules.names import DEFAULT_VLLM
 from clef_format.spec.model_spec import ModelConfig, linear_modules, plain_params, table_shape
 from clef_format.spec.schemes import (
     FLOAT_DTYPES,
@@ -55,17 +56,20 @@ def _cast_finding(casts: Mapping[tuple[str, str], list[str]], dtype: str) -> Ite
                       "(e.g. load_state_dict(assign=True)) would keep the stored dtype", tensor=names[0], fix=fix)
 
 
-def _signatures(cfg: ModelConfig) -> Mapping[str, Mapping[str, ParamSpec]] | None:
+def _signatures(cfg: ModelConfig, version: str) -> Mapping[str, Mapping[str, ParamSpec]] | None:
     """Per Linear module, the parameter signature of its config group; ``None`` if the quantization
-    config cannot be resolved."""
+    config cannot be resolved. A module the quantizer left alone but vLLM quantizes through a target
+    matching only its class name (``re:.*Linear``) is held to the group vLLM builds it with: the stored
+    tensors are what vLLM needs, and the pattern, not the backbone, is what to fix."""
     specs = linear_modules(cfg)
     if not cfg.quantization:
         return {m.name: group_signature(None, None, None, None, m.out_features, m.in_features, cfg.dtype) for m in specs}
-    from clef_format.vllm_rules.matching import QuantConfigError, parse_quant_config, resolve_hf
+    from clef_format.vllm_rules.matching import QuantConfigError, class_matched_modules, parse_quant_config, resolve_hf
 
     try:
-        qc = parse_quant_config(cfg.quantization)
+        qc = parse_quant_config(cfg.quantization, version)
         decisions = resolve_hf(cfg, qc)
+        by_class = class_matched_modules(cfg, qc, version)  # reported as pattern-class-name by the patterns check
     except (QuantConfigError, ValueError, TypeError):
         return None
     out: dict[str, Mapping[str, ParamSpec]] = {}
@@ -73,10 +77,11 @@ def _signatures(cfg: ModelConfig) -> Mapping[str, Mapping[str, ParamSpec]] | Non
     for m in specs:
         d = decisions.get(m.name)
         target = d.target if d is not None and d.scheme is not None and d.target in qc.hf_targets else None
-        key = (target, m.out_features, m.in_features)
+        vllm_entry = by_class.get(m.name) if target is None else None
+        key = (target if vllm_entry is None else ("vllm", vllm_entry.target), m.out_features, m.in_features)
         sig = memo.get(key)
         if sig is None:
-            entry = qc.hf_targets[target] if target is not None else None
+            entry = qc.hf_targets[target] if target is not None else vllm_entry
             if entry is None:
                 sig = group_signature(None, None, None, None, m.out_features, m.in_features, cfg.dtype)
             else:
@@ -117,7 +122,7 @@ def check_backbone(ck: Checkpoint) -> Iterator[Finding]:
     accounted: set[str] = set()
     specs = linear_modules(cfg)
     params = module_params(ck.backbone, (m.name for m in specs))
-    signatures = _signatures(cfg)
+    signatures = _signatures(cfg, getattr(ck, "vllm_version", None) or DEFAULT_VLLM)
     casts: dict[tuple[str, str], list[str]] = {}
     for spec in specs:
         stored = params[spec.name]
