@@ -74,7 +74,7 @@ CODES: dict[str, str] = {
     # added later (kept at the end: codes are never reordered or renamed)
     "table-value-range": "an int8 table holds -128, outside the format's [-127, 127] (a corrupted file)",
     "workdir-replaced": "migrate replaced the folder the shell was in: cd into it again to see the new files",
-    "config-invalid": "a config.json value vLLM or transformers refuses, or that makes them build a model these weights do not fit (a JSON type transformers' strict config classes refuse, architectures, model_type, activations, RoPE, vision heads, special token ids, tied tables)",
+    "config-invalid": "a config.json value vLLM or transformers refuses, or that makes them build a model these weights do not fit (a JSON type transformers' strict config classes refuse, architectures, model_type, activations, RoPE, vision heads, special token ids, tied tables; a NaN, infinite or out-of-range rms_norm_eps, rope_theta or max_position_embeddings; an mrope_section whose sum is not rotary_dim / 2)",
     "head-config-invalid": "the joint head config contradicts itself or its tensors (heads must divide width; the feedforward width)",
     "vllm-unproven": "the pattern rules for the --vllm-version asked about are extrapolated from the version table, not proven against that vLLM (info)",
     "copy-broken": "scan: a copy found on this machine that verify calls BROKEN (its row holds the full report)",
@@ -83,6 +83,8 @@ CODES: dict[str, str] = {
     "global-scale-mismatch": "shards vLLM fuses into one layer (in_proj_qkv/in_proj_z, q/k/v, gate/up) store different NVFP4 global scales: vLLM keeps the largest, and the other shards decode scaled down (warning)",
     "head-code-invalid": "joint_schema_model.py is not valid Python (the plugin fails to import it at start); as info: it could not be read statically (over the size limit, nested too deeply, no JointSchemaHead class) and the head is checked from the known facts",
     "head-names-inferred": "a head tensor differs from the names clef-format infers for the joint head; only a note (info): the checkpoint's own joint_schema_model.py and the known facts decide",
+    "dtype-cast": "float tensors are stored in another float dtype than config.json's torch_dtype (or the scheme's): vLLM and transformers cast them on load (warning)",
+    "pattern-class-name": "a quantization target matches vLLM layers only by their class name, which compressed-tensors' quantizer matches differently (warning)",
 }
 
 #: Codes that mean the command could not run: the CLI exits 2 when a report holds one of them.

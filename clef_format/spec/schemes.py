@@ -356,7 +356,8 @@ def quant_config_problems(qc: Mapping[str, Any]) -> list[tuple[str, str, Any]]:
     if isinstance(groups, dict) and groups:
         for name, group in groups.items():
             weights = group.get("weights") if isinstance(group, dict) else None
-            if isinstance(weights, dict) and weights.get("dynamic", False) is not False:
+            # 0 reads as false (compressed-tensors' lax bool); other non-booleans are refused before this
+            if isinstance(weights, dict) and weights.get("dynamic", False) not in (0, None):
                 key = f"quantization_config.config_groups.{name}.weights.dynamic"
                 out.append((key, f"{key} is {weights['dynamic']!r}: weights are stored quantized with their scales, "
                             "but compressed-tensors stores no weight scale for dynamic weights (it would quantize "

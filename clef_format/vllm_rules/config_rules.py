@@ -8,6 +8,7 @@ the real-vLLM tiers install); the source of each is named beside it. Pure: no to
 from __future__ import annotations
 
 import json
+import math
 
 from clef_format.records import Record
 
@@ -15,7 +16,7 @@ TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to
 if TYPE_CHECKING:
     from typing import Any, Mapping
 
-from clef_format.spec.model_spec import ModelConfig
+from clef_format.spec.model_spec import DEFAULT_HEAD_DIM, ModelConfig
 from clef_format.vllm_rules import config_types as T
 from clef_format.vllm_rules.names import MULTIMODAL_ARCH, vllm_arch
 
@@ -95,6 +96,8 @@ def config_problems(raw: Mapping[str, Any], cfg: ModelConfig, tables_stored: boo
             f"{text_prefix}hidden_act", f"{text_prefix}hidden_act is {act!r}: vLLM's Qwen3.5 MLP supports only "
             f"{TEXT_ACT!r} (ValueError)", set_fix(f"{text_prefix}hidden_act", TEXT_ACT)))
     out += _rope_problems(text_raw, text_prefix)
+    out += _number_problems(text_raw, text_prefix)
+    out += _mrope_problems(text_raw, text_prefix)
     if cfg.multimodal:
         vision = raw.get("vision_config") or {}
         vact = vision.get("hidden_act", "gelu_pytorch_tanh")
@@ -165,6 +168,116 @@ def _rope_problems(text: Mapping[str, Any], prefix: str) -> list[ConfigProblem]:
             f"{key}.rope_type", f"{key}.rope_type {rope_type!r} is a RoPE type {where} builds (ValueError: Unknown "
             "RoPE scaling type)", set_fix(f"{key}.rope_type", "default")))
     return out
+
+
+#: Numbers the text model computes with, and the range each must lie in: (key, lowest, lowest allowed,
+#: why). vLLM's RMSNorm computes ``x * rsqrt(mean(x^2) + eps)`` (layers/layernorm.py): a NaN eps makes
+#: every norm output NaN, a negative one NaN wherever the mean square is below -eps, an infinite one
+#: zero; RoPE's ``inv_freq = 1 / rope_theta ** (2i / rotary_dim)`` (rotary_embedding/base.py) is NaN
+#: for a NaN or negative theta, infinite (cos/sin NaN) for 0 and 0 for an infinite one; the RoPE cache holds
+#: ``max_position_embeddings`` positions (torch.arange refuses a negative length).
+_NORM = ("vLLM's RMSNorm scales by 1/sqrt(mean(x^2) + eps): a NaN eps makes every norm output NaN, a negative one "
+         "NaN wherever mean(x^2) < -eps, an infinite one 0")
+_ROPE = ("vLLM's RoPE frequencies 1/theta^(2i/d) are then NaN or infinite (every attention score NaN), or 0 for "
+         "an infinite theta (no position encoded)")
+NUMBERS = (("rms_norm_eps", 0.0, True, _NORM),
+           ("rope_parameters.rope_theta", 0.0, False, _ROPE),
+           ("rope_theta", 0.0, False, _ROPE),
+           ("max_position_embeddings", 1, True, "vLLM's RoPE cache holds that many positions (torch.arange refuses "
+            "a negative length; none: no position at all)"))
+#: The values a fix sets: Qwen3.5's own (config_full.json, the real exports).
+NUMBER_FIXES = {"rms_norm_eps": 1e-06}
+
+
+def _lookup(d: Mapping[str, Any], dotted: str) -> tuple[bool, Any]:
+    node: Any = d
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def _number_problems(text: Mapping[str, Any], prefix: str) -> list[ConfigProblem]:
+    """A number the model computes with that is NaN, infinite or out of its range (``NUMBERS``)."""
+    out: list[ConfigProblem] = []
+    for sub, low, inclusive, why in NUMBERS:
+        present, value = _lookup(text, sub)
+        if not present or not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue  # absent: transformers' default; another JSON type: the type rule reports it
+        finite = math.isfinite(value)
+        if finite and (value >= low if inclusive else value > low):
+            continue
+        key = f"{prefix}{sub}"
+        what = "not a finite number" if not finite else f"{'below' if inclusive else 'not above'} {low}"
+        fix = NUMBER_FIXES.get(sub)
+        out.append(ConfigProblem(
+            key, f"{key} is {json.dumps(value)} ({what}): {why}",
+            set_fix(key, fix) if fix is not None else f"set {key} to the value of the original export"))
+    return out
+
+
+def rotary_dim(head_dim: int, rope: Mapping[str, Any]) -> int | None:
+    """vLLM's ``get_rope``: ``rope_dim`` when set (truthy), else ``int(head_dim * partial_rotary_factor)``
+    (default 1.0); None where get_rope itself fails first (the partial_rotary_factor rule reports it)."""
+    dim = rope.get("rope_dim")
+    if dim:
+        return dim if isinstance(dim, int) and not isinstance(dim, bool) else None
+    factor = rope.get("partial_rotary_factor", 1.0)
+    if not isinstance(factor, (int, float)) or isinstance(factor, bool) or not math.isfinite(factor) \
+            or not 0.0 < factor <= 1.0:
+        return None
+    return int(head_dim * factor)
+
+
+def _sum(section: Any) -> float | None:
+    """Python's ``sum(section)`` over a parsed JSON value, None where it raises TypeError (a string, a
+    number, null, a list holding anything but numbers; booleans count as 0/1 as in Python)."""
+    if not isinstance(section, list) or not all(isinstance(v, (int, float)) for v in section):
+        return None if section else 0
+    return sum(section)
+
+
+def mrope_rule(rope: Mapping[str, Any], head_dim: int) -> str | None:
+    """Why vLLM's ``get_rope`` refuses this ``mrope_section`` (None: it builds the embedding).
+
+    0.28 and 0.33 alike (rotary_embedding/__init__.py, mrope.py): ``default`` and ``yarn``, the types a
+    Qwen3.5 config uses, build ``MRotaryEmbedding`` whenever ``mrope_section`` is present; it checks a
+    non-empty (truthy) section with ``assert sum(mrope_section) == rotary_dim // 2``, and
+    ``mrope_interleaved`` (any value) only changes the forward pass. Not covered: ``openpangu``
+    (``MRotaryEmbeddingInterleaved``) and 0.33's ``bailing_mrope``, other model families' types.
+    """
+    if "mrope_section" not in rope or rope.get("rope_type", "default") not in ("default", "yarn"):
+        return None
+    section = rope["mrope_section"]
+    dim = rotary_dim(head_dim, rope)
+    if dim is None or not section:
+        return None  # get_rope fails before (partial_rotary_factor), or MRotaryEmbedding skips its check
+    total = _sum(section)
+    if total is None:
+        return "it is not a list of numbers (TypeError summing it)"
+    if total != dim // 2:
+        return f"its sum {json.dumps(total)} is not rotary_dim // 2 = {dim // 2} (MRotaryEmbedding asserts it)"
+    return None
+
+
+def _mrope_problems(text: Mapping[str, Any], prefix: str) -> list[ConfigProblem]:
+    rope = text.get("rope_parameters")
+    head_dim = text.get("head_dim", DEFAULT_HEAD_DIM)
+    if not isinstance(rope, dict) or not isinstance(head_dim, int) or isinstance(head_dim, bool):
+        return []
+    why = mrope_rule(rope, head_dim)
+    if why is None:
+        return []
+    key = f"{prefix}rope_parameters.mrope_section"
+    dim = rotary_dim(head_dim, rope) or 0
+    half = dim // 2
+    split = [half // 3 + (1 if i < half % 3 else 0) for i in range(3)]  # Qwen3.5: 32 -> [11, 11, 10]
+    return [ConfigProblem(
+        key, f"{key} is {json.dumps(rope['mrope_section'])}: {why}; rotary_dim = head_dim {head_dim} x "
+        f"partial_rotary_factor = {dim}: vLLM refuses to build the attention layers' RoPE",
+        set_fix(key, split) if half == 32 else f"set {key} to the export's sections (integers summing to {half}; "
+        f"Qwen3.5's split of 32 is [11, 11, 10])")]
 
 
 def _token_problems(raw: Mapping[str, Any], vocab: int) -> list[ConfigProblem]:

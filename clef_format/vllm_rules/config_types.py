@@ -22,6 +22,8 @@ is ``bad-config``); this table catches the rest (``config-invalid``).
 from __future__ import annotations
 
 import json
+import math
+import re
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
@@ -186,3 +188,97 @@ def got(value: Any) -> str:
     """``'1e-6' (a string)``: a value and its JSON type, for a message."""
     text = json.dumps(value)
     return f"{text if len(text) <= 60 else text[:57] + '...'} ({_GOT[json_type(value)]})"
+
+
+# ----------------------------------------------------------------------------- compressed-tensors' QuantizationArgs
+#
+# compressed-tensors' ``QuantizationArgs`` is a pydantic model in lax mode: vLLM and transformers read the
+# ``weights`` / ``input_activations`` / ``output_activations`` of a config group through it, and it turns
+# ``"8"``, ``8.0`` and ``true`` into the int 8 and ``"true"`` / ``1`` into True before any rule sees them.
+# These functions are its rules in the stdlib (the structure path imports neither pydantic nor
+# compressed-tensors); tests/spec/test_quant_args_vs_compressed_tensors.py proves them equal to its model
+# over generated values of every JSON type. Each returns (True, the coerced value) or (False, why).
+
+#: pydantic-core's string -> int: surrounding whitespace, a sign, ASCII digits with single underscores
+#: between them, and a fraction of zeros only ("8.00"); no exponent, no hex.
+_INT_TEXT = re.compile(r"[+-]?[0-9]+(?:_[0-9]+)*(?:\.0+)?")
+#: pydantic-core's string -> bool words (case-insensitive, no surrounding whitespace).
+_TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
+_FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
+
+
+def lax_int(value: Any) -> tuple[bool, Any]:
+    """pydantic's lax ``int``: an int, a boolean (0/1), a finite float with no fraction within int64, or
+    an integer string."""
+    if isinstance(value, bool):
+        return True, int(value)
+    if isinstance(value, int):
+        return True, value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return False, "not a finite number"
+        if not value.is_integer():
+            return False, "a number with a fractional part"
+        if not -2.0 ** 63 < value < 2.0 ** 63:
+            return False, "too large for an integer"
+        return True, int(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if _INT_TEXT.fullmatch(text):
+            return True, int(text.split(".")[0])
+        return False, "a string that is not an integer"
+    return False, f"{_GOT[json_type(value)]}, not an integer"
+
+
+def lax_bool(value: Any) -> tuple[bool, Any]:
+    """pydantic's lax ``bool``: a boolean, 0/1 (int or float), or one of the words true/false, yes/no,
+    on/off, t/f, y/n, 1/0 in any case."""
+    if isinstance(value, bool):
+        return True, value
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return True, bool(value)
+    if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
+        return True, value.lower() in _TRUE
+    return False, f"{json.dumps(value)} is not a boolean"
+
+
+def quant_group_size(value: Any) -> tuple[bool, Any]:
+    """``group_size``: its before-validator compares the value as given (``value < -1``: a string or a
+    list raises TypeError, below -1 ValueError), then the lax ``int | None``."""
+    if value is None:
+        return True, None
+    if isinstance(value, (str, list, dict)):
+        return False, f"{_GOT[json_type(value)]} cannot be compared with -1 (TypeError)"
+    if value < -1:
+        return False, f"{value} is below -1"
+    return lax_int(value)
+
+
+def quant_dynamic(value: Any) -> tuple[bool, Any]:
+    """``dynamic``: a string must name ``local`` (any case); anything else is a lax ``bool``."""
+    if isinstance(value, str):
+        return (True, "local") if value.lower() == "local" else (False, f"{value!r} is neither 'local' nor a boolean")
+    if value is None or isinstance(value, (list, dict)):
+        return False, f"{_GOT[json_type(value)]} is neither 'local' nor a boolean"
+    return lax_bool(value)
+
+
+def quant_str(value: Any) -> tuple[bool, Any]:
+    """A ``str | None`` field (``observer``): pydantic does not turn numbers into strings."""
+    if value is None or isinstance(value, str):
+        return True, value
+    return False, f"{_GOT[json_type(value)]}, not a string"
+
+
+def quant_object(value: Any) -> tuple[bool, Any]:
+    """A ``dict[str, Any]`` field (``observer_kwargs``)."""
+    if isinstance(value, dict):
+        return True, value
+    return False, f"{_GOT[json_type(value)]}, not an object"
+
+
+#: The fields of ``QuantizationArgs`` coerced (or checked) here, and how.
+QUANT_FIELDS = {"num_bits": lax_int, "symmetric": lax_bool, "group_size": quant_group_size,
+                "dynamic": quant_dynamic, "observer": quant_str, "observer_kwargs": quant_object}
+#: Not here: ``block_structure``, whose validator differs between compressed-tensors 0.17 (what the
+#: proven vLLM versions install) and 0.20 (positive sizes only); ``matching.parse_args`` keeps its rule.

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 from clef_format.read.safetensors import TensorInfo
 from clef_format.spec import schemes
 from clef_format.spec.model_spec import ConfigError, LinearSpec, ModelConfig, linear_modules, parse_config
+from clef_format.vllm_rules import config_types as T
 from clef_format.vllm_rules import names as vllm_names
 from clef_format.vllm_rules.names import DEFAULT_VLLM, VllmLayer, VllmModel, rules_for
 
@@ -93,7 +94,7 @@ class Args(Record):
     strategy: str
     dynamic: bool | str
     scale_dtype: str | None
-    raw: Mapping[str, Any]  # the group's arguments as written (not used to decide)
+    raw: Mapping[str, Any]  # the group's arguments, the lax fields coerced as compressed-tensors does
     actorder: str | None = None  # as compressed-tensors stores it: group | weight | dynamic | static
 
 
@@ -134,14 +135,6 @@ class Decision(Record):
 # ----------------------------------------------------------------------------- parsing
 
 
-def _dynamic(value: Any, where: str) -> bool | str:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() == "local":
-        return "local"
-    raise QuantConfigError(f"{where}.dynamic must be true, false or 'local', got {value!r}")
-
-
 def parse_args(raw: Any, where: str) -> Args:
     """Validate like ``QuantizationArgs.model_validate`` (the rules that decide a scheme)."""
     if not isinstance(raw, dict):
@@ -149,18 +142,13 @@ def parse_args(raw: Any, where: str) -> Args:
     extra = set(raw) - _ARG_FIELDS
     if extra:
         raise QuantConfigError(f"{where}: unknown field(s) {sorted(extra)} (compressed-tensors forbids extra fields)")
+    raw = _coerced(raw, where)
     num_bits = raw.get("num_bits", 8)
-    if not isinstance(num_bits, int) or isinstance(num_bits, bool):
-        raise QuantConfigError(f"{where}.num_bits must be an integer")
     qtype = str(raw.get("type", "int")).lower()
     if qtype not in ("int", "float"):
         raise QuantConfigError(f"{where}.type must be 'int' or 'float', got {raw.get('type')!r}")
     symmetric = raw.get("symmetric", True)
-    if not isinstance(symmetric, bool):
-        raise QuantConfigError(f"{where}.symmetric must be a boolean")
     group_size = raw.get("group_size")
-    if group_size is not None and (not isinstance(group_size, int) or group_size < -1):
-        raise QuantConfigError(f"{where}.group_size must be -1 or a positive integer")
     strategy = raw.get("strategy")
     if strategy is not None:
         strategy = str(strategy).lower()
@@ -174,7 +162,7 @@ def parse_args(raw: Any, where: str) -> Args:
         strategy = "channel"
     else:
         raise QuantConfigError(f"{where}: invalid group_size {group_size}")
-    dynamic = _dynamic(raw.get("dynamic", False), where)
+    dynamic = raw.get("dynamic", False)
     if strategy == "token" and not dynamic:
         raise QuantConfigError(f"{where}: static token quantization is not allowed")
     if strategy in ("group", "tensor_group") and (group_size is None or group_size <= 0):
@@ -213,6 +201,21 @@ def _valid_block(value: Any) -> bool:
             return False
         return True
     return isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+
+
+def _coerced(raw: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The args with every field ``QuantizationArgs`` coerces in lax mode turned into its value (``"8"`` ->
+    8, ``"true"`` -> True: ``config_types.QUANT_FIELDS``, proven against compressed-tensors' model), or
+    the refusal of the first field it refuses."""
+    out = dict(raw)
+    for field, rule in T.QUANT_FIELDS.items():
+        if field in raw:
+            ok, value = rule(raw[field])
+            if not ok:
+                raise QuantConfigError(f"{where}.{field} is {T.got(raw[field])}: {value} (compressed-tensors' "
+                                       "QuantizationArgs refuses it)")
+            out[field] = value
+    return out
 
 
 def _actorder(value: Any, where: str) -> str | None:
@@ -693,3 +696,39 @@ __all__ = [
     "layout_fits", "resolve_hf", "resolve_hf_module", "resolve_layer", "resolve_vllm", "should_ignore", "stored_schemes",
     "vllm_view",
 ]
+
+
+# ----------------------------------------------------------------------------- class-name targets
+
+
+def class_only_targets(cfg: ModelConfig, qc: QuantConfig) -> list[str]:
+    """Targets that match no HF module, neither by name nor as compressed-tensors matches a class (the
+    exact name ``Linear``). vLLM still matches such a target against its layers' class names (a ``re:``
+    pattern with re.match, a plain one as a case-insensitive substring: ``re:.*Linear``, ``linear``), so
+    vLLM may build quantized layers the quantizer never quantized by that target."""
+    names = [s.name for s in linear_modules(cfg)] + [vllm_names.lm_head_spec(cfg).name]
+    return [t for t in qc.targets
+            if t not in vllm_names.HF_LINEAR_CLASSES and not any(equal_or_regex(n, t) for n in names)]
+
+
+def class_matched_modules(cfg: ModelConfig, qc: QuantConfig, version: str = DEFAULT_VLLM) -> dict[str, Entry]:
+    """HF modules the quantizer left alone (no target, not ignored) that vLLM quantizes through a
+    class-only target: module -> the entry of the group vLLM builds them with."""
+    class_only = class_only_targets(cfg, qc)
+    if not class_only:
+        return {}
+    model = vllm_names.build(cfg, version)
+    vq = vllm_view(qc, model)
+    mapped = {vq.mapped_from[t] for t in class_only if t in vq.mapped_from}
+    hf = resolve_hf(cfg, qc)
+    out: dict[str, Entry] = {}
+    for layer in model.layers:
+        d = resolve_layer(layer, vq, model)
+        if d.scheme is None or d.target not in mapped:
+            continue
+        entry = vq.targets[d.target]
+        for shard in layer.shards:
+            h = hf.get(shard.name)
+            if h is None or (h.scheme is None and not h.ignored):
+                out[shard.name] = entry
+    return out

@@ -45,13 +45,40 @@ def test_stored_tensors_of_every_scheme_pass_when_the_config_is_unresolvable(fre
     assert _findings(root) == []
 
 
-def test_an_unquantized_weight_is_held_to_the_model_dtype(fresh) -> None:
+def test_an_unquantized_weight_stored_in_another_float_dtype_is_a_cast_warning(fresh) -> None:
+    """vLLM copies a checkpoint tensor into its parameter with a cast (param.data.copy_), and transformers
+    casts to the model dtype: a BF16 model's weight stored F32 is served, a warning (issue 23)."""
     root = fresh("layout-2", "hybrid")
     _unresolvable(root)
     _rewrite(root, lambda t: t.update({f"{BF16_LINEAR}.weight": t[f"{BF16_LINEAR}.weight"].to(torch.float32)}))
+    (f,) = check_backbone(read_checkpoint(root))
+    assert (f.code, f.severity, f.tensor) == ("dtype-cast", "warning", f"{BF16_LINEAR}.weight")
+    assert "stored F32 where BF16 is expected" in f.message and "cast" in f.message
+
+
+def test_an_unquantized_weight_of_a_non_float_dtype_is_an_error(fresh) -> None:
+    root = fresh("layout-2", "hybrid")
+    _unresolvable(root)
+    _rewrite(root, lambda t: t.update({f"{BF16_LINEAR}.weight": t[f"{BF16_LINEAR}.weight"].to(torch.int16)}))
     ((code, tensor, message),) = _findings(root)
-    assert (code, tensor) == ("tensor-shape", f"{BF16_LINEAR}.weight")
-    assert "F32" in message and "BF16" in message
+    assert (code, tensor) == ("tensor-missing", f"{BF16_LINEAR}.weight")  # an I16 weight implies no scheme
+
+
+def test_a_float32_config_over_bf16_tensors_is_one_cast_warning(fresh) -> None:
+    """torch_dtype float32 over a BF16 export: both loaders cast; one warning whose fix names the stored dtype
+    (it was 90 tensor-shape errors telling to re-download the backbone)."""
+    from clef_format.verify.run import verify
+
+    root = fresh("layout-2", "fp8")
+    path = root / "config.json"
+    config = json.loads(path.read_text())
+    config["torch_dtype"] = "float32"
+    path.write_text(json.dumps(config))
+    report = verify(str(root))
+    assert report.ok
+    (f,) = [f for f in report.findings if f.severity != "info"]
+    assert (f.code, f.severity) == ("dtype-cast", "warning") and "stored BF16 where F32 is expected" in f.message
+    assert f.fix.endswith('set config.json\'s torch_dtype to "bfloat16"')
 
 
 def test_a_quantized_weight_is_held_to_its_scheme_s_shapes(fresh) -> None:
@@ -109,13 +136,15 @@ def test_lm_head_is_still_checked_when_embed_tokens_is_absent(fresh) -> None:
 
     def change(t):
         t.pop(L.EMBED_TOKENS)
-        t[L.LM_HEAD] = t[L.LM_HEAD].to(torch.float32)
+        t[L.LM_HEAD] = t[L.LM_HEAD][:-1]
 
     _rewrite(root, change)
     findings = _full_findings(root)
     assert [(f.code, f.tensor, f.file) for f in findings] == [("table-shape", L.LM_HEAD, L.BACKBONE_SINGLE)]
-    assert findings[0].message == f"{L.LM_HEAD} is F32[{vocab}, {hidden}], expected BF16[{vocab}, {hidden}]"
+    assert findings[0].message == f"{L.LM_HEAD} is BF16[{vocab - 1}, {hidden}], expected BF16[{vocab}, {hidden}]"
     assert findings[0].fix == _REDOWNLOAD
+    _rewrite(root, lambda t: t.update({L.LM_HEAD: torch.zeros(vocab, hidden, dtype=torch.float32)}))
+    assert [(f.code, f.severity, f.tensor) for f in _full_findings(root)] == [("dtype-cast", "warning", L.LM_HEAD)]
 
 
 def test_a_float16_model_holds_its_biases_to_float16(fresh) -> None:

@@ -231,3 +231,61 @@ def test_scheme_tensor_mismatch_lists_every_stored_kind_of_a_fused_layer(fresh: 
     (f,) = by_code(check_patterns(read_checkpoint(root)), "scheme-tensor-mismatch")
     assert f.message.startswith("language_model.model.layers.{0}.mlp.gate_up_proj: vLLM builds fp8-w8a8")
     assert f.message.endswith("but the stored tensors are nvfp4-w4a4, unquantized")
+
+
+@pytest.mark.parametrize("field, value", [("num_bits", "8"), ("num_bits", 8.0), ("symmetric", "true"), ("symmetric", 1),
+                                          ("dynamic", 0)])
+def test_args_compressed_tensors_coerces_verify_like_the_typed_value(fresh: Callable[..., Path], field: str,
+                                                                     value: Any) -> None:
+    """QuantizationArgs is a lax pydantic model: "8" and 8.0 are the int 8, "true" and 1 are True, 0 is
+    False (tests/spec/test_quant_args_vs_compressed_tensors.py proves the rules). vLLM builds the same
+    schemes, so verify finds the checkpoint as valid as with the typed value."""
+    from clef_format.verify.run import verify
+
+    root = fresh("layout-2", "fp8")
+    cfg_path = root / "config.json"
+    config = json.loads(cfg_path.read_text())
+    config["quantization_config"]["config_groups"]["group_0"]["weights"][field] = value
+    cfg_path.write_text(json.dumps(config))
+    report = verify(str(root))
+    assert report.ok and not [f for f in report.findings if f.severity == "error"], report.findings
+
+
+@pytest.mark.parametrize("field, value", [("num_bits", 8.5), ("num_bits", "eight"), ("symmetric", "maybe"),
+                                          ("symmetric", 2), ("dynamic", "true"), ("observer", 5)])
+def test_args_compressed_tensors_refuses_stay_refused(fresh: Callable[..., Path], field: str, value: Any) -> None:
+    fs = findings_with(fresh("layout-2", "fp8"), lambda q: q["config_groups"]["group_0"]["weights"].update({field: value}))
+    (f,) = by_code(fs, "quant-config-invalid")
+    assert f.severity == "error" and field in f.message
+
+
+@pytest.mark.parametrize("target", [r"re:.*Linear", "linear"])
+def test_class_name_target_is_one_pattern_finding_with_a_pattern_fix(fresh: Callable[..., Path], target: str) -> None:
+    """vLLM matches these against its layers' class names (re.match / case-insensitive substring) and builds
+    every layer FP8 as stored; compressed-tensors' quantizer matches neither. The finding names the pattern
+    and its fix; the backbone is not blamed (it was 100 tensor errors telling to re-download it)."""
+    from clef_format.verify.run import verify
+
+    root = fresh("layout-2", "fp8")
+
+    def retarget(value: str) -> None:
+        cfg_path = root / "config.json"
+        config = json.loads(cfg_path.read_text())
+        config["quantization_config"]["config_groups"]["group_0"]["targets"] = [value]
+        cfg_path.write_text(json.dumps(config))
+
+    retarget(target)
+    report = verify(str(root))
+    assert report.ok, [f for f in report.findings if f.severity == "error"]
+    (f,) = [f for f in report.findings if f.severity != "info"]
+    assert (f.code, f.severity, f.fix) == ("pattern-class-name", "warning", f"use 'Linear' instead of '{target}'")
+    assert f"target '{target}'" in f.message and "ColumnParallelLinear" in f.message
+    retarget("Linear")  # the fix
+    assert not [f for f in verify(str(root)).findings if f.severity != "info"]
+
+
+def test_class_name_target_over_bf16_weights_is_still_an_error(fresh: Callable[..., Path]) -> None:
+    """Where vLLM builds FP8 by class name over weights stored BF16, the layers are still refused."""
+    fs = findings_with(fresh("layout-2", "bf16"), lambda c: c.update(quantization_config=quant_dict(
+        [("FP8_DYNAMIC", [r"re:.*Linear"], None)], ["lm_head", r"re:.*visual.*"], "float-quantized")))
+    assert by_code(fs, "pattern-class-name") and any(f.severity == "error" for f in fs)

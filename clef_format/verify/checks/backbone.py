@@ -17,7 +17,9 @@ from clef_format.read.checkpoint import Checkpoint
 from clef_format.spec.findings import Finding, error, warning
 from clef_format.spec.layouts import Layout
 from clef_format.spec.model_spec import ModelConfig, kv_cache_params, linear_modules, plain_params, table_shape
+from clef_format.vllm_rules.names import DEFAULT_VLLM
 from clef_format.spec.schemes import (
+    FLOAT_DTYPES,
     SCHEME_PARAMS,
     ParamSpec,
     expected_shapes,
@@ -28,19 +30,46 @@ from clef_format.spec.schemes import (
 
 _REDOWNLOAD = "re-download the backbone; if it was produced locally, re-run the export"
 _CODES = {"missing": "tensor-missing", "shape": "tensor-shape", "unexpected": "tensor-unexpected"}
+_NAMES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
 
 
-def _signatures(cfg: ModelConfig) -> Mapping[str, Mapping[str, ParamSpec]] | None:
+def is_cast(stored: Any, dtypes: tuple[str, ...], shapes: tuple[tuple[int, ...], ...]) -> bool:
+    """A float tensor of the right shape stored in another float dtype than the one expected. vLLM copies
+    every checkpoint tensor into its parameter with ``param.data.copy_`` (default_weight_loader and the
+    parallel linear loaders, 0.28 and 0.33: no dtype check), which casts, and transformers casts to the
+    model's dtype too; so this is served (F32 -> BF16 rounds values that BF16 cannot hold)."""
+    return (stored.dtype in FLOAT_DTYPES and all(d in FLOAT_DTYPES for d in dtypes) and stored.dtype not in dtypes
+            and tuple(stored.shape) in shapes)
+
+
+def _cast_finding(casts: Mapping[tuple[str, str], list[str]], dtype: str) -> Iterator[Finding]:
+    """One warning per (stored, expected) pair of dtypes, naming a few tensors."""
+    for (have, want), names in casts.items():
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        lossy = " (rounding the values BF16 or F16 cannot hold)" if FLOAT_DTYPES.index(have) > FLOAT_DTYPES.index(
+            want) or {have, want} == {"BF16", "F16"} else " (exactly)"
+        fix = (f'none needed to serve; to load them as stored, set config.json\'s torch_dtype to "{_NAMES[have]}"'
+               if want == dtype and len({h for h, w in casts if w == dtype}) == 1 else
+               "none needed to serve; re-export to store them as the config says")
+        yield warning("dtype-cast", f"{len(names)} tensor(s) stored {have} where {want} is expected ({shown}): vLLM "
+                      f"and transformers cast them to {want} on load{lossy}; a loader that copies without a cast "
+                      "(e.g. load_state_dict(assign=True)) would keep the stored dtype", tensor=names[0], fix=fix)
+
+
+def _signatures(cfg: ModelConfig, version: str) -> Mapping[str, Mapping[str, ParamSpec]] | None:
     """Per Linear module, the parameter signature of its config group; ``None`` if the quantization
-    config cannot be resolved."""
+    config cannot be resolved. A module the quantizer left alone but vLLM quantizes through a target
+    matching only its class name (``re:.*Linear``) is held to the group vLLM builds it with: the stored
+    tensors are what vLLM needs, and the pattern, not the backbone, is what to fix."""
     specs = linear_modules(cfg)
     if not cfg.quantization:
         return {m.name: group_signature(None, None, None, None, m.out_features, m.in_features, cfg.dtype) for m in specs}
-    from clef_format.vllm_rules.matching import QuantConfigError, parse_quant_config, resolve_hf
+    from clef_format.vllm_rules.matching import QuantConfigError, class_matched_modules, parse_quant_config, resolve_hf
 
     try:
-        qc = parse_quant_config(cfg.quantization)
+        qc = parse_quant_config(cfg.quantization, version)
         decisions = resolve_hf(cfg, qc)
+        by_class = class_matched_modules(cfg, qc, version)  # reported as pattern-class-name by the patterns check
     except (QuantConfigError, ValueError, TypeError):
         return None
     out: dict[str, Mapping[str, ParamSpec]] = {}
@@ -48,10 +77,11 @@ def _signatures(cfg: ModelConfig) -> Mapping[str, Mapping[str, ParamSpec]] | Non
     for m in specs:
         d = decisions.get(m.name)
         target = d.target if d is not None and d.scheme is not None and d.target in qc.hf_targets else None
-        key = (target, m.out_features, m.in_features)
+        vllm_entry = by_class.get(m.name) if target is None else None
+        key = (target if vllm_entry is None else ("vllm", vllm_entry.target), m.out_features, m.in_features)
         sig = memo.get(key)
         if sig is None:
-            entry = qc.hf_targets[target] if target is not None else None
+            entry = qc.hf_targets[target] if target is not None else vllm_entry
             if entry is None:
                 sig = group_signature(None, None, None, None, m.out_features, m.in_features, cfg.dtype)
             else:
@@ -92,7 +122,8 @@ def check_backbone(ck: Checkpoint) -> Iterator[Finding]:
     accounted: set[str] = set()
     specs = linear_modules(cfg)
     params = module_params(ck.backbone, (m.name for m in specs))
-    signatures = _signatures(cfg)
+    signatures = _signatures(cfg, getattr(ck, "vllm_version", None) or DEFAULT_VLLM)
+    casts: dict[tuple[str, str], list[str]] = {}
     for spec in specs:
         stored = params[spec.name]
         accounted.update(f"{spec.name}.{s}" for s in stored)
@@ -104,6 +135,10 @@ def check_backbone(ck: Checkpoint) -> Iterator[Finding]:
             continue
         for kind, suffix, text in signature_problems(want, stored, spec.out_features if spec.bias else None, dtype):
             tensor = f"{spec.name}.{suffix}"
+            rule = want.get(suffix) or ParamSpec((dtype,), ((spec.out_features,),))  # (the bias)
+            if kind == "shape" and is_cast(stored[suffix], rule.dtypes, rule.shapes):
+                casts.setdefault((stored[suffix].dtype, rule.dtypes[0]), []).append(tensor)
+                continue
             yield error(_CODES[kind], f"{spec.name}: {text}", module=spec.name, tensor=tensor,
                         file=ck.tensor_file.get(tensor), fix=_REDOWNLOAD)
     for name, shape in plain_params(cfg).items():
@@ -112,7 +147,9 @@ def check_backbone(ck: Checkpoint) -> Iterator[Finding]:
             yield error("tensor-missing", f"{name} is missing", tensor=name, fix=_REDOWNLOAD)
             continue
         accounted.add(name)
-        if info.shape != shape or info.dtype != dtype:
+        if is_cast(info, (dtype,), (shape,)):
+            casts.setdefault((info.dtype, dtype), []).append(name)
+        elif info.shape != shape or info.dtype != dtype:
             yield error("tensor-shape", f"{name} is {info.dtype}{list(info.shape)}, config implies {dtype}{list(shape)}",
                         tensor=name, file=ck.tensor_file.get(name), fix=_REDOWNLOAD)
     for name, spec in kv_cache_params(cfg).items():
@@ -135,9 +172,12 @@ def check_backbone(ck: Checkpoint) -> Iterator[Finding]:
         accounted.add(table)
         if ck.layout in (Layout.LAYOUT_2, Layout.LAYOUT_2_UNMARKED):
             continue  # reported as tables-duplicated by the layout check
-        if info.dtype != dtype or info.shape != vocab_hidden:
+        if is_cast(info, (dtype,), (vocab_hidden,)):
+            casts.setdefault((info.dtype, dtype), []).append(table)
+        elif info.dtype != dtype or info.shape != vocab_hidden:
             yield error("table-shape", f"{table} is {info.dtype}{list(info.shape)}, expected {dtype}{list(vocab_hidden)}",
                         tensor=table, file=ck.tensor_file.get(table), fix=_REDOWNLOAD)
+    yield from _cast_finding(casts, dtype)
     for name in sorted(set(ck.backbone) - accounted):
         yield error("tensor-unexpected", f"{name} is not part of a {cfg.architecture} with this config",
                     tensor=name, file=ck.tensor_file.get(name),

@@ -283,9 +283,12 @@ def _block_issues(layer: VllmLayer, d: R.Decision, entry: R.Entry) -> list[_Issu
 
 def _target_findings(model_cfg: ModelConfig, model: VllmModel, qc: R.QuantConfig, vq: R.VllmQuant) -> list[Finding]:
     out: list[Finding] = []
+    class_only = set(R.class_only_targets(model_cfg, qc))
     for target in qc.targets:
         mapped = vq.mapped_from.get(target)
         if mapped is not None and _vllm_target_hits(model, mapped, first_only=True):
+            if target in class_only:
+                out.append(_class_name_finding(model, target, mapped))
             continue
         hf_names = _hf_hits(model_cfg, target, by_class=True)
         if mapped is None:
@@ -324,6 +327,26 @@ def _target_findings(model_cfg: ModelConfig, model: VllmModel, qc: R.QuantConfig
             out.append(Finding("ignore-unmatched", "info", f"ignore entry '{entry}' matches no layer (HF or vLLM)",
                                file=CONFIG_FILE, fix=f"remove '{entry}' or correct it"))
     return out
+
+
+def _class_name_finding(model: VllmModel, target: str, mapped: str) -> Finding:
+    """A target vLLM matches only against its layers' class names (``re:.*Linear``, ``linear``): vLLM
+    builds those layers quantized, but compressed-tensors' quantizer (and transformers loading through it)
+    matches a class name only when it equals the class (``Linear``) and ``re:`` only against module names,
+    so for it the target matches nothing. The fix is the class name both read alike, when it hits the
+    same vLLM layers."""
+    hits = _vllm_target_hits(model, mapped)
+    classes = sorted({l.cls for l in model.layers if l.name in set(hits)})
+    fixed = next((c for c in vllm_names.HF_LINEAR_CLASSES if set(_vllm_target_hits(model, c)) == set(hits)), None)
+    return Finding(
+        "pattern-class-name", "warning",
+        f"target '{target}' matches vLLM layers only by their class name ({', '.join(classes)}: {summarize(hits)}), "
+        "and vLLM quantizes those it does not ignore; compressed-tensors matches a class name only when it is exactly the module's class "
+        "and a re: pattern only against module names, so for the quantizer and transformers this target matches no "
+        "module (transformers would load these layers unquantized)",
+        file=CONFIG_FILE, module=hits[0],
+        fix=f"use '{fixed}' instead of '{target}'" if fixed else "rewrite the target against module names "
+        "(`clef-format layers PATH` lists vLLM's)")
 
 
 def _changes(model: VllmModel, vq: R.VllmQuant, entry: str, fix: str) -> bool:
