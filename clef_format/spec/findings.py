@@ -77,6 +77,8 @@ CODES: dict[str, str] = {
     "config-invalid": "a config.json value vLLM or transformers refuses, or that makes them build a model these weights do not fit (a JSON type transformers' strict config classes refuse, architectures, model_type, activations, RoPE, vision heads, special token ids, tied tables)",
     "head-config-invalid": "the joint head config contradicts itself or its tensors (heads must divide width; the feedforward width)",
     "vllm-unproven": "the pattern rules for the --vllm-version asked about are extrapolated from the version table, not proven against that vLLM (info)",
+    "table-zero-scale": "an int8 table row has scale 0 but values not all 0: it would be served as zeros (the format gives scale 0 to a zero row alone)",
+    "digest-mismatch": "a tensor's bytes differ from the digest its file's metadata records (a table edited, swapped or replaced by one of the same shape)",
 }
 
 #: Codes that mean the command could not run: the CLI exits 2 when a report holds one of them.
