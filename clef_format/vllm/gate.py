@@ -1,9 +1,16 @@
 """The serving gate: refuse, at start-up, any (checkpoint, plugin version) pair that must not be served.
 
-``check_checkpoint`` reads a checkpoint's structure (headers only, no torch), checks the pair with
+``check_checkpoint`` reads a checkpoint's structure (headers, no torch), checks the pair with
 ``clef_format.spec.compat.check_pair``, then runs every check of ``clef-format verify`` (the same
 ``verify_checkpoint``, with the pattern rules of the vLLM that is running) and refuses on any error:
-a plugin never starts on files verify would reject, and the two cannot drift apart.
+a plugin never starts on files verify would reject, and the two cannot drift apart. Last it reads
+what the engine itself reads in full at start-up, as ``verify --deep`` does (the same
+``startup_findings``): every table row against the format's rule, each table against the digest its
+file records, the tokenizer files' JSON.
+
+Design hook for the download references (``verify --deep``'s file hashes against the manifest, the
+cache blob names and local_dir metadata): ``verify.deep.reference_findings(ck, rels)`` checks given
+files against theirs; a gate that can afford whole-file hashing at start-up calls it here.
 """
 
 from __future__ import annotations
