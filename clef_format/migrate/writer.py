@@ -152,7 +152,27 @@ def _decode(src: _Sources, s: Decoded, dst_fd: int, at: int, tick: Tick) -> None
                  f"{s.rel}: {s.table}")
 
 
-def _write_safetensors(out: Safetensors, src_root: str, fd: int, tick: Tick) -> dict:
+def _seal(out: Safetensors, dst_path: str) -> dict[str, str]:
+    """Scan the tables just written with the one table rule, and digest every tensor of the file.
+
+    The rule proves migrate's own output (a quantizer or write bug stops the run, rolled back, before
+    anything is swapped in); the digests go into the file's metadata, so ``verify --deep`` and the
+    serving gate see a table later edited, swapped or replaced without any download reference."""
+    from clef_format.read.safetensors import read_header
+    from clef_format.read.table_scan import scan_tables
+    from clef_format.spec import tables_format as TF
+
+    header = read_header(dst_path)
+    tables = [t.name for t in out.tensors if isinstance(t.source, QuantValues)]
+    scan = scan_tables(dst_path, header, tables, list(header.tensors))
+    bad = {t: p for t, p in scan.problems.items() if p}
+    if bad:
+        raise OSError(errno.EIO, "the int8 tables written break the format's rule (" +
+                      "; ".join(f"{t}: {p.describe()}" for t, p in sorted(bad.items())) + ")")
+    return {name: f"{TF.DIGEST_ALGORITHM}:{digest}" for name, digest in scan.digests.items()}
+
+
+def _write_safetensors(out: Safetensors, src_root: str, fd: int, tick: Tick, dst_path: str = "") -> dict:
     header = header_bytes(out)
     write_all(fd, header)
     src = _Sources(src_root)
@@ -192,8 +212,12 @@ def _write_safetensors(out: Safetensors, src_root: str, fd: int, tick: Tick) -> 
     finally:
         src.close()
     if out.quality_metadata:
+        from clef_format.spec.tables_format import DIGESTS_KEY, digests_text
+
         meta = dict(out.metadata)
         meta["quality"] = json.dumps(quality, sort_keys=True)
+        if dst_path:
+            meta[DIGESTS_KEY] = digests_text(_seal(out, dst_path))
         final = header_bytes(out, meta)
         assert len(final) == len(header)
         os.pwrite(fd, final, 0)
@@ -225,7 +249,7 @@ def write_output(out: OutFile, src_root: str, dst_path: str, tick: Tick) -> dict
     try:
         quality: dict = {}
         if isinstance(out, Safetensors):
-            quality = _write_safetensors(out, src_root, fd, tick)
+            quality = _write_safetensors(out, src_root, fd, tick, dst_path)
         elif isinstance(out, JsonFile):
             write_all(fd, out.text())
         elif isinstance(out, IndexFile):

@@ -172,7 +172,14 @@ def _read_json(ck: Checkpoint, rel: str) -> Any:
         _unreadable(ck, rel, "cannot be read", exc)
         return None
     try:
-        return loads_unique(data)
+        equal: list[str] = []
+        obj = loads_unique(data, equal)
+        for key in sorted(set(equal)):
+            ck.findings.append(warning(
+                "bad-config", f"{rel} holds the key {key!r} twice with the same value: every loader reads that value, "
+                "but a strict JSON reader (one that refuses a field written twice) would refuse the file",
+                file=rel, fix=f"keep one {key!r} in {rel}"))
+        return obj
     except DuplicateKey as exc:
         ck.findings.append(error("bad-config", duplicate_key_message(rel, exc.key), file=rel,
                                  fix=f"keep one {exc.key!r} in {rel} (restore the file from the original download)"))
@@ -184,30 +191,43 @@ def _read_json(ck: Checkpoint, rel: str) -> Any:
 
 
 class DuplicateKey(ValueError):
-    """A JSON object holds one key twice."""
+    """A JSON object holds one key twice, with different values."""
 
     def __init__(self, key: str) -> None:
         super().__init__(f"duplicate key {key!r}")
         self.key = key
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``object_pairs_hook`` refusing a key written twice (as the safetensors header reader does)."""
+def _same_json(a: Any, b: Any) -> bool:
+    """Equal as JSON text (``1``, ``1.0`` and ``true`` differ, as they do to a typed config class)."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]], equal: list[str] | None = None) -> dict[str, Any]:
+    """``object_pairs_hook`` refusing a key written twice with different values (as the safetensors header
+    reader does); one written twice with the same value is appended to ``equal`` when given (every
+    reader agrees on it), else refused too."""
     out = dict(pairs)
     if len(out) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise DuplicateKey(key)
-            seen.add(key)
+        first: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in first:
+                if equal is None or not _same_json(first[key], value):
+                    raise DuplicateKey(key)
+                equal.append(key)
+            else:
+                first[key] = value
     return out
 
 
-def loads_unique(data: bytes) -> Any:
+def loads_unique(data: bytes, equal: list[str] | None = None) -> Any:
     """The one JSON parser for every JSON file of a checkpoint (configs, index, head config, manifest):
     UTF-8, and a key written twice raises ``DuplicateKey`` (a ``ValueError``) instead of the last one
-    silently winning. Raises ``UnicodeDecodeError`` / ``ValueError`` / ``RecursionError`` on bad input."""
-    return json.loads(data.decode("utf-8"), object_pairs_hook=_unique_keys)
+    silently winning, unless ``equal`` is given and the values are the same: the key is appended
+    there (the reader's note). Raises ``UnicodeDecodeError`` / ``ValueError`` / ``RecursionError`` on bad input."""
+    if equal is None:
+        return json.loads(data.decode("utf-8"), object_pairs_hook=_unique_keys)
+    return json.loads(data.decode("utf-8"), object_pairs_hook=lambda pairs: _unique_keys(pairs, equal))
 
 
 def duplicate_key_message(rel: str, key: str) -> str:
@@ -270,21 +290,32 @@ def _read_backbone(ck: Checkpoint) -> None:
             else:
                 shards[value] = member
         ck.backbone_files = sorted(set(shards.values()))
+        # vLLM reads every tensor of every file the index names, whatever entry maps it: an entry that
+        # is missing or names another indexed file changes nothing it loads (a note); an entry for a
+        # tensor no indexed file holds is an error (loaders that follow the index look for it)
+        stored = {n for m in ck.backbone_files for n in (ck.headers[m].tensors if m in ck.headers else ())}
+        note = ("vLLM loads it anyway (it reads every tensor of every file the index names), but transformers' "
+                "from_pretrained lists the checkpoint's keys from the index entries and may report it missing")
         for name, value in weight_map.items():
             member = shards.get(value)
             header = ck.headers.get(member) if member else None
             if header is not None and name not in header.tensors:
-                ck.findings.append(error("index-mismatch", f"index maps {name} to {member}, whose header lacks it",
-                                         file=member, tensor=name, fix="re-download the shard and the index"))
+                if name in stored:
+                    continue  # reported below, once, where it is stored
+                ck.findings.append(error("index-mismatch", f"index maps {name} to {member}, whose header lacks it, "
+                                         "and no file the index names holds it: a loader that follows the index "
+                                         "fails on it", file=member, tensor=name,
+                                         fix="re-download the shard and the index"))
         for member in ck.backbone_files:
             header = ck.headers.get(member)
             for name in header.tensors if header else ():
                 if weight_map.get(name) is not None and shards.get(weight_map[name]) != member:
-                    ck.findings.append(error("index-mismatch", f"{name} is in {member} but the index maps it elsewhere",
-                                             file=member, tensor=name, fix="re-download the shard and the index"))
+                    ck.findings.append(warning("index-mismatch", f"{name} is in {member} but the index maps it to "
+                                               f"{weight_map[name]}: {note}", file=member, tensor=name,
+                                               fix="re-download the index"))
                 elif name not in weight_map:
-                    ck.findings.append(error("index-mismatch", f"{name} is in {member} but not in the index",
-                                             file=member, tensor=name, fix="re-download the index"))
+                    ck.findings.append(warning("index-mismatch", f"{name} is in {member} but not in the index: {note}",
+                                               file=member, tensor=name, fix="re-download the index"))
     elif ck.has(L.BACKBONE_SINGLE) or L.BACKBONE_SINGLE in ck.bad_headers:
         ck.backbone_files = [L.BACKBONE_SINGLE]
     else:

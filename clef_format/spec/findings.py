@@ -85,6 +85,8 @@ CODES: dict[str, str] = {
     "head-names-inferred": "a head tensor differs from the names clef-format infers for the joint head; only a note (info): the checkpoint's own joint_schema_model.py and the known facts decide",
     "dtype-cast": "float tensors are stored in another float dtype than config.json's torch_dtype (or the scheme's): vLLM and transformers cast them on load (warning)",
     "pattern-class-name": "a quantization target matches vLLM layers only by their class name, which compressed-tensors' quantizer matches differently (warning)",
+    "table-zero-scale": "an int8 table row has scale 0 but values not all 0: it would be served as zeros (the format gives scale 0 to a zero row alone)",
+    "digest-mismatch": "a tensor's bytes differ from the digest its file's metadata records (a table edited, swapped or replaced by one of the same shape)",
 }
 
 #: Codes that mean the command could not run: the CLI exits 2 when a report holds one of them.

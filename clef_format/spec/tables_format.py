@@ -13,14 +13,24 @@ the keys in ``REQUIRED_METADATA`` (see ``metadata_for``).
 **What a valid table is** (the one definition; verify, ``verify --deep``, the marker repair and
 migrate all apply these functions, never their own):
 
-* an int8 table: every row scale finite and >= 0 (0, or -0, only for a zero row), and small enough
-  that ``127 * scale`` is a finite BF16 (``scale <= SCALE_MAX``); every value in ``[-127, 127]``
-  (``-128`` is never written: it is the mark of a corrupted or foreign file);
+* an int8 table: every row scale finite and >= 0, and small enough that ``127 * scale`` is a
+  finite BF16 (``scale <= SCALE_MAX``); a scale of 0 (or -0) only on a row whose values are all 0
+  (the quantizer gives scale 0 to a zero row alone: a zero scale on any other row erases it);
+  every value in ``[-127, 127]`` (``-128`` is never written: it is the mark of a corrupted or
+  foreign file). ``TableRule`` applies all of it to one table streamed in row blocks;
 * a BF16 (or F16/F32) table, the source of a migration or the layout-1 tables: every value finite.
 
 The scale rule runs on the raw F32 bits (a 248320-row scale costs about a millisecond without
 numpy), so verify's fast path applies it; the value rules read the whole table and run in
-``verify --deep``, before a repair and before a migration reads or decodes the tables.
+``verify --deep``, in the serving gate at start-up, before a repair and before a migration reads
+or decodes the tables, and on the file migrate writes (``read.table_scan`` streams it).
+
+**Digests** (optional when reading: a tables file not written by clef-format may lack them):
+``__metadata__["digests"]`` is a JSON object ``{tensor name: "blake3:<hex>"}``, the BLAKE3 of each
+tensor's raw bytes. Migrate records it for every tensor it writes, so a table edited, swapped
+with the other one or replaced by another of the same shape is seen without any download
+reference. Every other metadata key but ``format`` is provenance (the names and metadata of the
+release's own tables file are not published): a missing key is a note, never an error.
 
 This module reads no tensor data and imports no torch: verify uses it on headers alone,
 ``quantize`` implements the arithmetic, migrate writes it, the vLLM hooks read it.
@@ -70,6 +80,9 @@ REQUIRED_METADATA: dict[str, str | None] = {
     "source_dtype": None,  # dtype of the tables it was made from, e.g. "BF16"
     "quality": None,  # JSON: {table: {rel_error, mean_row_cosine, min_row_cosine, max_row_rel_error}}
 }
+#: The optional metadata key holding per-tensor content digests (JSON: {name: "blake3:<hex>"}).
+DIGESTS_KEY = "digests"
+DIGEST_ALGORITHM = "blake3"
 
 
 def scale_name(table: str) -> str:
@@ -85,9 +98,10 @@ def expected_entries(tables: tuple[str, ...], vocab: int, hidden: int) -> dict[s
     return out
 
 
-def metadata_for(source_dtype: str, quality: Mapping[str, Mapping[str, float]]) -> dict[str, str]:
-    """The ``__metadata__`` a writer puts in the file."""
-    return {
+def metadata_for(source_dtype: str, quality: Mapping[str, Mapping[str, float]],
+                 digests: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ``__metadata__`` a writer puts in the file (``digests``: name -> ``"blake3:<hex>"``)."""
+    out = {
         "format": "pt",
         "clef_tables_format": FORMAT_VERSION,
         "clef_layout": Layout.LAYOUT_2.value,
@@ -95,21 +109,63 @@ def metadata_for(source_dtype: str, quality: Mapping[str, Mapping[str, float]]) 
         "source_dtype": source_dtype,
         "quality": json.dumps({k: dict(v) for k, v in quality.items()}, sort_keys=True),
     }
+    if digests is not None:
+        out[DIGESTS_KEY] = digests_text(digests)
+    return out
+
+
+def digests_text(digests: Mapping[str, str]) -> str:
+    """The ``digests`` metadata value: compact, sorted JSON."""
+    return json.dumps(dict(digests), sort_keys=True, separators=(",", ":"))
+
+
+def read_digests(metadata: Mapping[str, str]) -> tuple[dict[str, str], str | None]:
+    """The recorded digests (name -> hex of ``DIGEST_ALGORITHM``) and what is wrong with the entry, if
+    anything. Absent: ``({}, None)``; malformed entries are left out and named in the problem."""
+    text = metadata.get(DIGESTS_KEY)
+    if text is None:
+        return {}, None
+    try:
+        obj: Any = json.loads(text)
+    except ValueError:
+        return {}, f"metadata {DIGESTS_KEY!r} is not JSON"
+    if not isinstance(obj, dict):
+        return {}, f"metadata {DIGESTS_KEY!r} is not a JSON object"
+    out, bad = {}, []
+    prefix = DIGEST_ALGORITHM + ":"
+    for name, value in obj.items():
+        hexpart = value[len(prefix):] if isinstance(value, str) and value.startswith(prefix) else ""
+        if len(hexpart) == 64 and not hexpart.strip("0123456789abcdef"):
+            out[name] = hexpart
+        else:
+            bad.append(name)
+    problem = (f"metadata {DIGESTS_KEY!r}: entries {sorted(bad)[:5]} are not \"{prefix}<64 hex digits>\""
+               if bad else None)
+    return out, problem
 
 
 def metadata_problems(metadata: Mapping[str, str], tables: tuple[str, ...] | None = None) -> list[str]:
-    """What is wrong with a tables file's metadata; empty when it matches the format."""
+    """What contradicts the format in a tables file's metadata: a key whose fixed value differs (the
+    file says it is something else). Empty when it matches. Missing keys are ``metadata_notes``."""
     problems = []
     for key, fixed in REQUIRED_METADATA.items():
-        if key not in metadata:
-            problems.append(f"metadata lacks {key!r}")
-        elif fixed is not None and metadata[key] != fixed:
+        if key in metadata and fixed is not None and metadata[key] != fixed:
             problems.append(f"metadata {key}={metadata[key]!r}, expected {fixed!r}")
-    if "source_dtype" in metadata and metadata["source_dtype"] not in SOURCE_DTYPES:
-        problems.append(f"metadata source_dtype={metadata['source_dtype']!r}, expected one of {', '.join(SOURCE_DTYPES)}")
-    if "quality" in metadata:
-        problems += _quality_problems(metadata["quality"], tables)
     return problems
+
+
+def metadata_notes(metadata: Mapping[str, str], tables: tuple[str, ...] | None = None) -> list[str]:
+    """Provenance the file lacks or garbles (a missing key, ``quality``, ``source_dtype``, ``digests``):
+    no loader reads it, and the release's own tables file may not carry it, so these are notes."""
+    notes = [f"metadata lacks {key!r}" for key in REQUIRED_METADATA if key not in metadata]
+    if "source_dtype" in metadata and metadata["source_dtype"] not in SOURCE_DTYPES:
+        notes.append(f"metadata source_dtype={metadata['source_dtype']!r}, expected one of {', '.join(SOURCE_DTYPES)}")
+    if "quality" in metadata:
+        notes += _quality_problems(metadata["quality"], tables)
+    problem = read_digests(metadata)[1]
+    if problem:
+        notes.append(problem)
+    return notes
 
 
 def _quality_problems(text: str, tables: tuple[str, ...] | None) -> list[str]:
@@ -136,7 +192,7 @@ def _quality_problems(text: str, tables: tuple[str, ...] | None) -> list[str]:
 
 class Problems:
     """Counts and first indexes of bad elements, by kind (``nonfinite``, ``negative``, ``too-large``,
-    ``out-of-range``); empty when the data follows the rule."""
+    ``out-of-range``, ``zero-scale``); empty when the data follows the rule."""
 
     LIMIT = 5
 
@@ -161,7 +217,8 @@ class Problems:
 
     def describe(self) -> str:
         words = {"nonfinite": "NaN or infinite", "negative": "negative", "too-large": f"above {SCALE_MAX:.4g} "
-                 f"(times {QMAX} they overflow BF16)", "out-of-range": f"outside [-{QMAX}, {QMAX}] (-128)"}
+                 f"(times {QMAX} they overflow BF16)", "out-of-range": f"outside [-{QMAX}, {QMAX}] (-128)",
+                 "zero-scale": "scale 0 on a row whose values are not all 0"}
         return "; ".join(f"{n} {words[k]} (at {self.first[k]})" for k, n in sorted(self.counts.items()))
 
 
@@ -218,3 +275,52 @@ def float_problems(dtype: str, data: bytes) -> Problems:
         if b & mask == mask and (lo is None or data[width * i + lo] & lo_mask == lo_mask):
             out.add("nonfinite", i)
     return out
+
+
+def zero_scale_rows(data: bytes) -> list[int]:
+    """Rows whose little-endian F32 scale is +0 or -0 (ascending). Judged on the high byte first:
+    a real scale (about 1e-3) has none of 0x00 / 0x80 there, so a healthy table costs two scans."""
+    high = data[3::4]
+    out = []
+    for mark in (0x00, 0x80):
+        at = high.find(mark)
+        while at >= 0:
+            if not data[4 * at: 4 * at + 3].strip(b"\0"):
+                out.append(at)
+            at = high.find(mark, at + 1)
+    return sorted(out)
+
+
+class TableRule:
+    """The complete rule of one int8 table, its values fed in blocks of whole rows, in order.
+
+    ``TableRule(scales, hidden)`` applies the scale rule at once; ``feed(first_row, data)`` adds the
+    value rules: no -128, and every row whose scale is 0 all zeros. ``problems`` then holds counts
+    and the first rows (every kind is reported by row). Stdlib only: the -128 test is a ``memchr``
+    (``in``), about 10 GB/s, and zero-scale rows are compared only where the scale is 0.
+    """
+
+    def __init__(self, scales: bytes, hidden: int) -> None:
+        self.hidden = max(hidden, 1)
+        self.problems = scale_problems(scales)
+        self._zero = zero_scale_rows(scales)
+        self._next = 0  # index into _zero of the first zero-scale row not yet fed
+        self._blank = bytes(self.hidden)
+
+    def feed(self, first_row: int, data: bytes) -> None:
+        """Judge rows ``first_row ..`` given as their int8 bytes (a whole number of rows)."""
+        if b"\x80" in data:
+            p = int8_problems(data)
+            self.problems.counts["out-of-range"] = self.problems.counts.get("out-of-range", 0) + p.counts["out-of-range"]
+            first = self.problems.first.setdefault("out-of-range", [])
+            for i in p.first["out-of-range"]:
+                row = first_row + i // self.hidden
+                if len(first) < Problems.LIMIT and row not in first:
+                    first.append(row)
+        end = first_row + len(data) // self.hidden
+        zero, h = self._zero, self.hidden
+        while self._next < len(zero) and zero[self._next] < end:
+            row = zero[self._next]
+            self._next += 1
+            if row >= first_row and data[(row - first_row) * h: (row - first_row + 1) * h] != self._blank:
+                self.problems.add("zero-scale", row)

@@ -266,14 +266,12 @@ def scale_findings(ck: Checkpoint) -> Iterator[Finding]:
     ``safe_open`` would map) and are decoded with numpy, chunk by chunk: importing torch would cost
     2-5 s of CPU that, on a 2-core machine, the hashing needs. The int8 tables' scales follow the
     one rule of ``spec.tables_format`` and are judged by the fast path (``check_tables``); here the
-    tables add their value rules (``table_content_findings``).
+    tables add their value rules and recorded digests, and the tokenizer files must parse
+    (``startup_findings``, which the serving gate runs too).
     """
-    from clef_format.verify.checks.tables import table_content_findings
+    from clef_format.verify.checks.startup import startup_findings
 
-    try:
-        yield from table_content_findings(ck)  # the tables' value rules (their scales: check_tables)
-    except OSError as exc:
-        yield error("bad-header", f"the tables cannot be read in full: {exc}", fix="re-download the tables")
+    yield from startup_findings(ck)  # the tables' value rules and digests (their scales: check_tables), the tokenizer
     targets = {rel: names for rel, names in scale_tensors(ck).items() if rel != L.TABLES}
     fix_backbone = "re-download the backbone; if it was quantized locally, re-run the quantization"
     fix_tables = "re-create the tables with clef-format migrate from a layout-1 copy, or re-download them"

@@ -1,9 +1,16 @@
 """The serving gate: refuse, at start-up, any (checkpoint, plugin version) pair that must not be served.
 
-``check_checkpoint`` reads a checkpoint's structure (headers only, no torch), checks the pair with
+``check_checkpoint`` reads a checkpoint's structure (headers, no torch), checks the pair with
 ``clef_format.spec.compat.check_pair``, then runs every check of ``clef-format verify`` (the same
 ``verify_checkpoint``, with the pattern rules of the vLLM that is running) and refuses on any error:
-a plugin never starts on files verify would reject, and the two cannot drift apart.
+a plugin never starts on files verify would reject, and the two cannot drift apart. Last it reads
+what the engine itself reads in full at start-up, as ``verify --deep`` does (the same
+``startup_findings``): every table row against the format's rule, each table against the digest its
+file records, the tokenizer files' JSON.
+
+Design hook for the download references (``verify --deep``'s file hashes against the manifest, the
+cache blob names and local_dir metadata): ``verify.deep.reference_findings(ck, rels)`` checks given
+files against theirs; a gate that can afford whole-file hashing at start-up calls it here.
 """
 
 from __future__ import annotations
@@ -50,12 +57,15 @@ def check_checkpoint(source: CheckpointSource, plugin_version: str, vllm_version
     reading finding, never as a missing marker), the pair (``check_pair``: layout and
     marker against the version: the clearest reason comes first), then every error of verify's
     checks (layout, tables, backbone exactness, joint head, quantization patterns on
-    ``vllm_version``, by default the running vLLM's). Headers only: no tensor data beyond the table
-    scales, no torch. Raises ``PathNotFound`` when the checkpoint does not exist, ``UsageError`` (the
+    ``vllm_version``, by default the running vLLM's), and last what the engine itself reads in full
+    at start-up (``startup_findings``, as ``verify --deep``: the complete table rule on every row,
+    each table against the digest its file records, the tokenizer files' JSON). No torch: the
+    tables are streamed once (about the cost of reading them: benchmarks/RESULTS.md). Raises ``PathNotFound`` when the checkpoint does not exist, ``UsageError`` (the
     error of a bad argument) for a ``vllm_version`` that names no vLLM version clef-format has rules for.
     """
     from clef_format.read.checkpoint import open_checkpoint
     from clef_format.spec.marker import MarkerError, read_marker
+    from clef_format.verify.checks.startup import startup_findings
     from clef_format.verify.run import verify_checkpoint
     from clef_format.vllm_rules.names import check_vllm_version
 
@@ -79,6 +89,8 @@ def check_checkpoint(source: CheckpointSource, plugin_version: str, vllm_version
                                     f"download {TABLES} from the same revision of the checkpoint")
     ck.vllm_version = vllm_version or running_vllm()
     errors = [f for f in verify_checkpoint(ck, path).findings if f.severity == "error"]
+    if not errors:  # what the engine reads in full at start: every table row, the recorded digests, the tokenizer
+        errors = [f for f in startup_findings(ck) if f.severity == "error"]
     if errors:
         first = errors[0]
         more = f" (and {len(errors) - 1} more: {', '.join(sorted({f.code for f in errors[1:]}))})" if len(errors) > 1 else ""

@@ -98,3 +98,33 @@ class Snapshot:
             with open(p, "wb") as fh:
                 fh.write(data)
                 fh.truncate(self.sizes[p])
+
+
+def poke(path: Path, name: str, offset: int, data: bytes) -> None:
+    """Overwrite bytes of one tensor's data in place, ``offset`` bytes into the tensor."""
+    h = read_header(path)
+    with open(path, "r+b") as fh:
+        fh.seek(h.data_start + h.tensors[name].begin + offset)
+        fh.write(data)
+
+
+def reseal_digests(path: Path) -> None:
+    """Record the present bytes' digests in a tables file's ``digests`` metadata (same header length):
+    the file as a writer would have written it with these values from the start."""
+    import blake3
+
+    from clef_format.spec import tables_format as TF
+
+    h = read_header(path)
+    recorded, _ = TF.read_digests(h.metadata)
+    want = {}
+    with open(path, "r+b") as fh:
+        raw = fh.read(h.data_start)
+        for name, old in recorded.items():
+            t = h.tensors[name]
+            fh.seek(h.data_start + t.begin)
+            want[name] = new = blake3.blake3(fh.read(t.end - t.begin)).hexdigest()
+            raw = raw.replace(f'{name}\\":\\"blake3:{old}'.encode(), f'{name}\\":\\"blake3:{new}'.encode(), 1)
+        fh.seek(0)
+        fh.write(raw)
+    assert TF.read_digests(read_header(path).metadata)[0] == want

@@ -26,6 +26,7 @@ from clef_format.read.safetensors import HeaderError, read_header
 from tests.scenarios.hostile_cases import (
     CASES,
     CASES_BY_NAME,
+    NOTE_CASES,
     Case,
     fresh_copy,
     ours_accepts,
@@ -231,3 +232,12 @@ def test_reader_matches_safe_open_on_generated_corruptions(data: bytes) -> None:
         path = Path(d) / "x.safetensors"
         path.write_bytes(data)
         assert ours_accepts(path) == safe_open_accepts(path), data[:200]
+
+
+@pytest.mark.parametrize("case", NOTE_CASES, ids=[c.name for c in NOTE_CASES])
+def test_note_case_is_a_warning_with_exit_0(case: Case, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _build(case, tmp_path)
+    rc, report, _ = _verify(root, case.deep, capsys)
+    found = [f for f in report["findings"] if f["code"] == case.code]
+    assert rc == 0 and report["ok"] is True, report["findings"]
+    assert found and {f["severity"] for f in found} == {"warning"}, report["findings"]

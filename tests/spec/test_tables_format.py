@@ -57,21 +57,21 @@ def test_quality_figures_must_be_finite_numbers(value, ok):
     figures = ", ".join(f'"{k}": {value if k == "rel_error" else 0.5}' for k in TF.QUALITY_FIGURES)
     meta = TF.metadata_for("BF16", {})
     meta["quality"] = '{"lm_head.weight": {' + figures + "}}"
-    problems = TF.metadata_problems(meta, ("lm_head.weight",))
+    problems = TF.metadata_notes(meta, ("lm_head.weight",))
     assert problems == ([] if ok else ["metadata 'quality' of 'lm_head.weight' lacks finite rel_error"])
 
 
 def test_metadata_of_the_format_has_no_problem_and_each_missing_key_is_named() -> None:
     meta = TF.metadata_for("BF16", {"lm_head.weight": dict.fromkeys(TF.QUALITY_FIGURES, 0.5)})
-    assert TF.metadata_problems(meta, ("lm_head.weight",)) == []
+    assert TF.metadata_notes(meta, ("lm_head.weight",)) == []
     del meta["source_dtype"], meta["clef_layout"]
-    assert TF.metadata_problems(meta, ("lm_head.weight",)) == ["metadata lacks 'clef_layout'",
+    assert TF.metadata_notes(meta, ("lm_head.weight",)) == ["metadata lacks 'clef_layout'",
                                                                 "metadata lacks 'source_dtype'"]
 
 
 def test_a_source_dtype_outside_the_float_dtypes_is_reported() -> None:
     meta = TF.metadata_for("I8", {})
-    assert TF.metadata_problems(meta) == ["metadata source_dtype='I8', expected one of BF16, F16, F32"]
+    assert TF.metadata_notes(meta) == ["metadata source_dtype='I8', expected one of BF16, F16, F32"]
 
 
 @pytest.mark.parametrize("quality, tables, problem", [
@@ -84,7 +84,7 @@ def test_a_source_dtype_outside_the_float_dtypes_is_reported() -> None:
 def test_each_quality_problem_says_what_it_found(quality: str, tables, problem: str) -> None:
     meta = TF.metadata_for("BF16", {})
     meta["quality"] = quality
-    assert TF.metadata_problems(meta, tables) == [problem]
+    assert TF.metadata_notes(meta, tables) == [problem]
 
 
 def test_problems_of_chunks_merge_into_the_whole() -> None:

@@ -8,9 +8,10 @@ if TYPE_CHECKING:
 
 from clef_format.read.checkpoint import Checkpoint
 from clef_format.read.safetensors import Header
+from clef_format.read.table_scan import scan_tables
 from clef_format.spec import layouts as L
 from clef_format.spec import tables_format as TF
-from clef_format.spec.findings import Finding, error
+from clef_format.spec.findings import Finding, error, warning
 from clef_format.spec.model_spec import table_shape
 
 _FIX = "re-download clef_head/tables_int8.safetensors, or re-create it with clef-format migrate from a layout-1 copy"
@@ -42,24 +43,28 @@ def _scan(fh: object, start: int, nbytes: int, width: int, rule: Callable[[bytes
 
 
 def table_content_findings(ck: Checkpoint) -> list[Finding]:
-    """The value rules of ``spec.tables_format``, reading the tables in full: the int8 file's values
-    (no -128) and every float table the backbone holds (layout-1, the release: all finite). What
-    ``verify --deep``, the marker repair and migrate add to ``check_tables``, which applies the scale
-    rule on every path (it reads only the scales)."""
+    """The value rules of ``spec.tables_format``, reading the tables in full, and the digests the
+    tables file records: the int8 file's values (no -128; a zero scale only on a zero row), each
+    tensor against its recorded ``digests`` entry, and every float table the backbone holds
+    (layout-1, the release: all finite). What ``verify --deep``, the serving gate, the marker repair
+    and migrate add to ``check_tables``, which applies the scale rule on every path (it reads only
+    the scales). One pass over the file (``read.table_scan``)."""
     out: list[Finding] = []
     header = ck.headers.get(L.TABLES)
     if header is not None:
-        with open(ck.path(L.TABLES), "rb") as fh:
-            for table in ck.tables:
-                info = header.tensors.get(table)
-                if info is not None and info.dtype == TF.VALUE_DTYPE:
-                    p = _scan(fh, header.data_start + info.begin, info.nbytes, 1, TF.int8_problems)
-                    if p:
-                        rows = sorted({i // max(info.shape[-1], 1) for i in p.first["out-of-range"]})
-                        out.append(error("table-value-range",
-                                         f"{table}: {p.counts['out-of-range']} value(s) -128, outside the format's "
-                                         f"[-{TF.QMAX}, {TF.QMAX}] (rows {rows}): the file is corrupted",
-                                         file=L.TABLES, tensor=table, fix=_FIX))
+        recorded, _ = TF.read_digests(header.metadata)  # a malformed entry: check_tables' note
+        scan = scan_tables(ck.path(L.TABLES), header, ck.tables, recorded)
+        for table, p in scan.problems.items():
+            out += _value_findings(table, p)
+        for name, digest in sorted(recorded.items()):
+            actual = scan.digests.get(name)
+            if actual is not None and actual != digest:
+                out.append(error(
+                    "digest-mismatch",
+                    f"{name}: its bytes are not the ones recorded when the file was written ({TF.DIGEST_ALGORITHM} "
+                    f"expected {digest}, actual {actual}): a table edited, swapped with the other or replaced "
+                    "by another of the same shape would be served as wrong embeddings or logits, with no error",
+                    file=L.TABLES, tensor=name, fix=_FIX))
     for table in ck.tables:
         info = ck.backbone.get(table)
         rel = ck.tensor_file.get(table)
@@ -74,6 +79,23 @@ def table_content_findings(ck: Checkpoint) -> list[Finding]:
             out.append(error("table-nonfinite", f"{table}: {p.counts['nonfinite']} value(s) NaN or infinite "
                                                 f"(rows {rows}): it cannot be served nor quantized faithfully",
                              file=rel, tensor=table, fix="re-download the backbone; a healthy table has no NaN/Inf"))
+    return out
+
+
+def _value_findings(table: str, p: TF.Problems) -> list[Finding]:
+    """The value kinds of one table's ``Problems`` (its scale kinds are ``check_tables``' findings)."""
+    out = []
+    if "out-of-range" in p.counts:
+        out.append(error("table-value-range",
+                         f"{table}: {p.counts['out-of-range']} value(s) -128, outside the format's "
+                         f"[-{TF.QMAX}, {TF.QMAX}] (rows {p.first['out-of-range']}): the file is corrupted (the "
+                         "gather decodes -128 as a value no quantized row holds)",
+                         file=L.TABLES, tensor=table, fix=_FIX))
+    if "zero-scale" in p.counts:
+        out.append(error("table-zero-scale",
+                         f"{table}: {p.counts['zero-scale']} row(s) with scale 0 but values not all 0 (rows "
+                         f"{p.first['zero-scale']}): the format gives scale 0 to a zero row alone; these rows "
+                         "would be served as zeros, erasing their tokens", file=L.TABLES, tensor=table, fix=_FIX))
     return out
 
 
@@ -100,10 +122,16 @@ def check_tables(ck: Checkpoint) -> Iterator[Finding]:
                         f"{name} is {info.dtype}{list(info.shape)}, expected {dtype}{list(shape)} (vocab {vocab}, hidden {hidden})",
                         file=L.TABLES, tensor=name, fix=_FIX)
     for name in sorted(set(header.tensors) - set(expected)):
-        yield error("table-shape", f"{L.TABLES} holds {name}, which the format does not define",
-                    file=L.TABLES, tensor=name, fix=_FIX)
+        yield warning("table-shape", f"{L.TABLES} holds {name}, which the format does not define: the plugin reads "
+                      "the tables by name and ignores it (it only costs disk space)",
+                      file=L.TABLES, tensor=name, fix=f"remove {name} from {L.TABLES}, or leave it")
     for problem in TF.metadata_problems(header.metadata, tuple(ck.tables)):
-        yield error("tables-metadata", f"{L.TABLES}: {problem}", file=L.TABLES, fix=_FIX)
+        yield error("tables-metadata", f"{L.TABLES}: {problem}: the file says it is not int8 tables of this "
+                    "format, so its rows would be decoded with the wrong rule", file=L.TABLES, fix=_FIX)
+    for note in TF.metadata_notes(header.metadata, tuple(ck.tables)):
+        yield warning("tables-metadata", f"{L.TABLES}: {note} (provenance only: no loader reads it)",
+                      file=L.TABLES, fix="nothing to do to serve; re-create the file with clef-format migrate "
+                                         "to record it")
     for table in ck.tables:
         scale = TF.scale_name(table)
         info = header.tensors.get(scale)
