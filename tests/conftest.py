@@ -7,8 +7,20 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from clef_format.fixtures.builders import build_checkpoint
+
+# Hypothesis profiles (docs/TESTING.md). "ci", the default and what `make test` selects: the same
+# examples on every run (derandomize) and no example database, so a run never fails on an example
+# an earlier run stored in .hypothesis/. "explore" (`make test-explore`): random examples, remembered
+# in .hypothesis/ so that a failure found is replayed until fixed. A test's own @settings (example
+# counts, deadlines) apply under both. "ci" also drops the time-based checks (the deadline, too_slow):
+# on a loaded machine they fail at random, which is what this profile is there to rule out.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("explore", derandomize=False)
+settings.load_profile("ci")
 
 _CACHE: dict[tuple, Path] = {}
 

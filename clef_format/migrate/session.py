@@ -208,8 +208,9 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
                 report.extra["message"] = (f"{note}: --output {target.path} holds the {report.layout} result; "
                                            f"{display} was only read")
         _say_cwd(cwd, target, report)
-    except Refused as exc:
-        report.findings.append(error(exc.code, exc.message, fix=exc.fix))
+    except Refused as exc:  # a step's refusal may name no fix: the checkpoint itself is then what is wrong
+        report.findings.append(error(exc.code, exc.message, fix=exc.fix or f"clef-format verify {display} names what "
+                                     "is wrong with the checkpoint; repair or download it again, then migrate"))
     except OSError as exc:  # outside a step's own handling: say what failed and what to run
         where = f" ({exc.filename})" if exc.filename else ""
         report.findings.append(error("migrate-failed", f"migrate stopped: {exc.strerror or exc}{where}; any staged work "

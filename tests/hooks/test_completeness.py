@@ -104,3 +104,33 @@ def test_record_passes_the_weights_through_and_remembers_their_names() -> None:
     weights = [("a", torch.ones(2, 2)), ("b.weight", torch.zeros(1))]
     assert list(tracker.record(iter(weights))) == weights
     assert tracker.yielded == ["a", "b.weight"]
+
+
+@pytest.mark.parametrize("dtype,sentinel", [(torch.uint8, 0xFF), (torch.int8, -128), (torch.float8_e4m3fn, 0xFF),
+                                            (torch.int32, torch.iinfo(torch.int32).min)])
+def test_written_rows_that_merely_contain_sentinel_bytes_are_written(dtype: torch.dtype, sentinel: int) -> None:
+    """A good NVFP4 row holds 0xFF wherever two adjacent values are both -6.0; one such byte (or all but
+    one) in a row that loading wrote must not count as unwritten. Only a row entirely the sentinel does."""
+    rows, width = 6, 8
+    m = _model(w=torch.zeros(rows, width, dtype=dtype), v=torch.zeros(width, dtype=dtype))
+    raw = torch.arange(1, rows * width + 1, dtype=torch.int32).reshape(rows, width) % 100 + 1  # no sentinel
+    for r in range(rows - 1):
+        raw[r, r % width] = sentinel if dtype is not torch.float8_e4m3fn else 0
+    raw[rows - 1, :-1] = sentinel if dtype is not torch.float8_e4m3fn else 0  # all but one byte
+    tracker = WriteTracker(m).arm()
+    with torch.no_grad():
+        if dtype is torch.float8_e4m3fn:  # the sentinel byte itself, written by the loader
+            bits = raw.to(torch.uint8)
+            bits[raw == 0] = sentinel
+            m.w.view(torch.uint8).copy_(bits)
+            m.v.view(torch.uint8).copy_(bits[0])
+        else:
+            m.w.copy_(raw.to(dtype))
+            m.v.copy_(raw[0].to(dtype))
+    assert tracker.unwritten() == {}
+    tracker.check()
+    fresh = _model(w=torch.zeros(rows, width, dtype=dtype))
+    tracker = WriteTracker(fresh).arm()
+    with torch.no_grad():
+        fresh.w[1:].copy_(m.w[1:])  # the first row is never written
+    assert tracker.unwritten() == {"w": f"1 of {rows} rows not written"}
