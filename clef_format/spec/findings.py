@@ -31,7 +31,7 @@ CODES: dict[str, str] = {
     "legacy-layout": "layout-1: BF16 tables inside the backbone, needs plugin < 0.2.0",
     "marker-missing": "int8 tables present but no requires_clef_vllm marker (the 2026-10-07 state)",
     "marker-invalid": "requires_clef_vllm is not a PEP 440 specifier, or admits a version below 0.2.0, or none",
-    "plugin-incompatible": "the given plugin version cannot serve these weights",
+    "plugin-incompatible": "the plugin version given (--plugin-version) or installed in the environment checked cannot serve these weights",
     "unknown-layout": "the files match no known Clef layout",
     # tables
     "tables-missing": "embed_tokens / lm_head are neither in the backbone nor in the int8 tables file",
@@ -77,6 +77,8 @@ CODES: dict[str, str] = {
     "config-invalid": "a config.json value vLLM or transformers refuses, or that makes them build a model these weights do not fit (a JSON type transformers' strict config classes refuse, architectures, model_type, activations, RoPE, vision heads, special token ids, tied tables)",
     "head-config-invalid": "the joint head config contradicts itself or its tensors (heads must divide width; the feedforward width)",
     "vllm-unproven": "the pattern rules for the --vllm-version asked about are extrapolated from the version table, not proven against that vLLM (info)",
+    "bundled-plugin-mismatch": "the plugin the folder ships in vllm_plugin/ cannot serve its weights: weights and plugin come from different revisions",
+    "bundled-plugin-unread": "the version of the plugin in vllm_plugin/ cannot be read without running its build (warning)",
 }
 
 #: Codes that mean the command could not run: the CLI exits 2 when a report holds one of them.
