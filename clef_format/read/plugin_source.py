@@ -4,10 +4,10 @@ The release's card installs the plugin with ``pip install ./<repo>/vllm_plugin``
 version is the plugin a user serves these weights with. It is data: nothing in it is imported or run.
 The version comes from the packaging files, in the order setuptools gives them weight:
 ``pyproject.toml`` (``[project] version``, or ``dynamic = ["version"]`` with
-``[tool.setuptools.dynamic] version = {attr = ...}`` / ``{file = ...}``), ``setup.cfg``
-(``[metadata] version``, ``attr:`` / ``file:``), a literal ``version=`` keyword of the ``setup(...)``
-call in ``setup.py`` (or a module-level string constant it names), then a literal
-``__version__ = "..."`` in the package. The distribution name must be clef-vllm (PEP 503
+``[tool.setuptools.dynamic] version = {attr = ...}`` / ``{file = ...}``), a literal ``version=``
+keyword of the ``setup(...)`` call in ``setup.py`` (or a module-level string constant it names),
+``setup.cfg`` (``[metadata] version``, ``attr:`` / ``file:``), then a literal ``__version__ = "..."``
+in the package (where a ``setup.py`` computes the version, often by reading that literal). The distribution name must be clef-vllm (PEP 503
 normalisation). Anything that cannot be read (too large, not UTF-8, a syntax error, a version computed
 at build time) gives a note instead of a version, never an exception.
 """
@@ -286,12 +286,14 @@ def read_bundled_plugin(ck: Checkpoint) -> BundledPlugin | None:
         name: str | None = None
         version: str | None = None
         computed = False
-        for reader in (_from_pyproject, _from_setup_cfg, _from_setup_py):
+        # setuptools' own order (pip builds agree): pyproject.toml's [project] wins over setup(...)'s
+        # keywords, which win over setup.cfg; a version setup.py computes overrides setup.cfg's
+        for reader in (_from_pyproject, _from_setup_py, _from_setup_cfg):
             n, v, w = reader(ck)
             name = name or n
-            if v is not None and version is None:
+            computed = computed or (version is None and w == "computed")
+            if v is not None and version is None and not computed:
                 version, where = v, w or where
-            computed = computed or w == "computed"
         if version is None:  # e.g. a setup.py that reads __version__ from the package when it runs
             version, w = _from_dunder(ck, name)
             where = w or where
