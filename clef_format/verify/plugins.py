@@ -109,8 +109,10 @@ def argument_findings(ck: Checkpoint, version: str, path: str) -> tuple[list[Fin
     return [error("plugin-incompatible", f"clef-vllm {version}: {reason}", fix=fix)], [row]
 
 
-def installed_findings(ck: Checkpoint, found: InstalledPlugin, path: str) -> tuple[list[Finding], list[dict[str, Any]]]:
-    """The clef-vllm of an environment (the running one, or ``--python PATH``)."""
+def installed_findings(ck: Checkpoint, found: InstalledPlugin, path: str,
+                       bundled_serves: bool | None = None) -> tuple[list[Finding], list[dict[str, Any]]]:
+    """The clef-vllm of an environment (the running one, or ``--python PATH``); ``bundled_serves``: whether
+    the plugin the folder ships can serve the weights (its install command is then the first fix)."""
     row: dict[str, Any] = {"source": found.source, "where": found.where, "version": found.version, "can_serve": None}
     if found.version is None:
         return [], [row]
@@ -123,7 +125,7 @@ def installed_findings(ck: Checkpoint, found: InstalledPlugin, path: str) -> tup
         return [], [row]
     _, reason, fix = problem
     here = "in this Python" if found.source == "installed" else "in the environment of --python"
-    if ck.has(f"{PLUGIN_DIR}/pyproject.toml") or ck.has(f"{PLUGIN_DIR}/setup.py") or ck.has(f"{PLUGIN_DIR}/setup.cfg"):
+    if bundled_serves:
         fix = f"install the plugin shipped with these weights: pip install {plugin_dir_of(ck, path)}; or {fix}"
     return [error("plugin-incompatible", f"clef-vllm {found.version} installed {here} ({found.where}) cannot serve "
                   f"these weights: {reason}", fix=fix)], [row]

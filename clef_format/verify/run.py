@@ -58,11 +58,16 @@ def verify_checkpoint(ck: Checkpoint, display_path: str, plugin_version: str | N
     if bundled or plugin_version is not None or installed is not None:
         from clef_format.verify import plugins as P
 
-        rows: list[dict[str, Any]] = []
-        for found, row in ((P.bundled_findings(ck, display_path) if bundled else ([], [])),
-                           (P.argument_findings(ck, plugin_version, display_path) if plugin_version is not None
-                            else ([], [])),
-                           (P.installed_findings(ck, installed, display_path) if installed is not None else ([], []))):
+        found, rows = P.bundled_findings(ck, display_path) if bundled else ([], [])
+        report.extend(found)
+        bundled_serves = bool(rows) and rows[0]["can_serve"] is True
+        if plugin_version is not None:
+            found, row = P.argument_findings(ck, plugin_version, display_path)
+            report.extend(found)
+            rows.extend(row)
+        if installed is not None:
+            found, row = P.installed_findings(ck, installed, display_path,
+                                              bundled_serves=bundled_serves)
             report.extend(found)
             rows.extend(row)
         if plugin_version is not None:

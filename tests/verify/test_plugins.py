@@ -287,6 +287,17 @@ def test_an_installed_0_1_plugin_cannot_serve_layout_2(releases, installed):
     assert "installed clef-vllm 0.1.4 (installed in " in text and "): cannot serve these weights" in text
 
 
+def test_a_stale_pair_of_both_is_two_errors_and_the_fix_is_the_whole_repo(releases, installed):
+    """Weights pulled alone on 2026-10-07 into a folder and an environment that both hold 0.1.4."""
+    root = releases("layout-2", "0.1.4")
+    payload = json.loads(run_cli("verify", str(root), "--json", pythonpath=[installed("0.1.4")]).stdout)
+    by_code = {f["code"]: f for f in payload["findings"]}
+    assert set(by_code) == {"bundled-plugin-mismatch", "plugin-incompatible"}
+    assert by_code["plugin-incompatible"]["fix"].startswith("install the plugin shipped with the checkpoint (pip install 'clef-vllm>=0.2.0')")
+    assert f"{root}/vllm_plugin" not in by_code["plugin-incompatible"]["fix"]  # that folder cannot serve them either
+    assert [(r["source"], r["can_serve"]) for r in payload["plugins"]] == [("bundled", False), ("installed", False)]
+
+
 def test_an_installed_plugin_that_can_serve_adds_no_finding(releases, installed):
     proc = run_cli("verify", str(releases("layout-2", "0.2.1")), "--json", pythonpath=[installed("0.2.1")])
     assert proc.returncode == 0, proc.stdout
