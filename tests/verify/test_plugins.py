@@ -114,12 +114,34 @@ def test_release_files_are_quiet_but_a_pickle_is_not(releases, tmp_path):
     assert unsafe == ["scripts/cache.pkl", "vllm_plugin/clef_vllm/weights.pt"]
 
 
+def test_bundled_plugin_in_a_hugging_face_cache_snapshot(releases, tmp_path):
+    """A repo id in the cache: the snapshot's files are links into blobs/; the fix names the snapshot folder."""
+    from clef_format.fixtures.hub_cache import build_hub_cache
+
+    cache = tmp_path / "hub"
+    snap = build_hub_cache(cache, "someone/clef-flash-NVFP4", releases("layout-2", "0.1.4", "setup-cfg"))
+    env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([*CLI, "verify", "someone/clef-flash-NVFP4", "--json"], capture_output=True, text=True,
+                          env=env, timeout=300)
+    payload = json.loads(proc.stdout)
+    (f,) = [f for f in payload["findings"] if f["code"] == "bundled-plugin-mismatch"]
+    assert f"pip install {snap}/vllm_plugin" in f["fix"]
+    assert payload["plugins"][0] == {"source": "bundled", "where": "vllm_plugin/setup.cfg [metadata] version",
+                                     "version": "0.1.4", "can_serve": False}
+
+
 def test_the_serving_gate_and_migrate_do_not_judge_the_bundled_folder(releases):
     from clef_format.read.checkpoint import read_checkpoint as rc
     from clef_format.verify.run import verify_checkpoint
 
+    from clef_format.compat import IncompatibleError, check_checkpoint
+
     root = releases("layout-2", "0.1.4")
-    assert "plugins" not in verify_checkpoint(rc(root), str(root)).details  # what the gate and migrate run
+    assert "plugins" not in verify_checkpoint(rc(root), str(root)).details  # what migrate runs
+    check_checkpoint(str(root), "0.2.1")  # the gate checks the plugin it runs in: 0.2.1 serves layout-2
+    with pytest.raises(IncompatibleError) as exc:
+        check_checkpoint(str(root), "0.1.4")
+    assert exc.value.code == "plugin-incompatible"
 
 
 # -- reading the version: every kind of packaging file, and pip agrees ---------------------------------
