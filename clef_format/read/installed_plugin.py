@@ -50,7 +50,7 @@ class InstalledPlugin(Record):
 
     @property
     def where(self) -> str:
-        return f"{self.python}" + (f" ({self.location})" if self.location else "")
+        return self.python + (f": {self.location}" if self.location else "")
 
 
 def _maybe_installed() -> bool:
