@@ -57,6 +57,8 @@ def render_report(report: Report, title: str | None = None, layout_text: str | N
     for key in ("plugin_version",):
         if key in d:
             lines.append(f"  {key.replace('_', ' '):8} {d[key]}")
+    for i, row in enumerate(d.get("plugins") or ()):
+        lines.append(("  plugins  " if i == 0 else "           ") + plugin_line(row))
     if report.findings:
         lines.append("")
     order = {"error": 0, "warning": 1, "info": 2}
@@ -68,6 +70,21 @@ def render_report(report: Report, title: str | None = None, layout_text: str | N
         if f.fix:
             lines.append(f"        fix: {f.fix}")
     return "\n".join(lines)
+
+
+_PLUGIN_SOURCE = {"bundled": "shipped in", "argument": "given as", "installed": "installed in", "python": "installed in"}
+
+
+def plugin_line(row: dict[str, Any]) -> str:
+    """One plugin checked against the weights: which, where its version came from, and the answer."""
+    where = f"{_PLUGIN_SOURCE.get(row['source'], row['source'])} {row['where']}"
+    if row["version"] is None:
+        if row["source"] != "bundled":
+            return f"{row['source']:9} no clef-vllm installed in {row['where']}"
+        return f"{row['source']:9} version not read ({where})" + (f": {row['note']}" if row.get("note") else "")
+    answer = {True: "can serve these weights", False: style("cannot serve these weights", "error", True),
+              None: "not checked" + (f": {row['note']}" if row.get("note") else "")}[row["can_serve"]]
+    return f"{row['source']:9} clef-vllm {row['version']} ({where}): {answer}"
 
 
 def render_layers(view: dict[str, Any]) -> str:

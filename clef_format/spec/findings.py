@@ -31,7 +31,7 @@ CODES: dict[str, str] = {
     "legacy-layout": "layout-1: BF16 tables inside the backbone, needs plugin < 0.2.0",
     "marker-missing": "int8 tables present but no requires_clef_vllm marker (the 2026-10-07 state)",
     "marker-invalid": "requires_clef_vllm is not a PEP 440 specifier, or admits a version below 0.2.0, or none",
-    "plugin-incompatible": "the given plugin version cannot serve these weights",
+    "plugin-incompatible": "the plugin version given (--plugin-version) or installed in the environment checked cannot serve these weights",
     "unknown-layout": "the files match no known Clef layout",
     # tables
     "tables-missing": "embed_tokens / lm_head are neither in the backbone nor in the int8 tables file",
@@ -87,6 +87,8 @@ CODES: dict[str, str] = {
     "pattern-class-name": "a quantization target matches vLLM layers only by their class name, which compressed-tensors' quantizer matches differently (warning)",
     "table-zero-scale": "an int8 table row has scale 0 but values not all 0: it would be served as zeros (the format gives scale 0 to a zero row alone)",
     "digest-mismatch": "a tensor's bytes differ from the digest its file's metadata records (a table edited, swapped or replaced by one of the same shape)",
+    "bundled-plugin-mismatch": "the plugin the folder ships in vllm_plugin/ cannot serve its weights: weights and plugin come from different revisions",
+    "bundled-plugin-unread": "the version of the plugin in vllm_plugin/ cannot be read without running its build (warning)",
 }
 
 #: Codes that mean the command could not run: the CLI exits 2 when a report holds one of them.

@@ -108,7 +108,7 @@ def layers_report(path: str, version: str = vllm_names.DEFAULT_VLLM) -> Report:
                                                              fix="restore config.json from the original download")]
         return make_report("layers", path, str(ck.layout), reading + missing)
     # the verdict is verify's: a view of a config vLLM refuses, or of a folder without its weights, is BROKEN
-    findings = list(verify_checkpoint(ck, path).findings)
+    findings = list(verify_checkpoint(ck, path, bundled=True).findings)
     try:
         view = layers_view(ck.config, int8_tables=ck.has(TABLES), version=version)
     except (ConfigError, QuantConfigError) as exc:

@@ -1,4 +1,8 @@
-"""clef-format verify PATH [--json] [--deep] [--plugin-version V] [--layers] [--vllm-version V]"""
+"""clef-format verify PATH [--json] [--deep] [--plugin-version V | --python PATH] [--layers] [--vllm-version V]
+
+Which plugins are checked against the weights: always the one the folder ships in ``vllm_plugin/``;
+then ``--plugin-version V`` when given (the explicit choice: no environment is looked at), else the
+clef-vllm installed in ``--python PATH``'s environment, else the one in the running interpreter."""
 
 from __future__ import annotations
 
@@ -11,7 +15,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", help="checkpoint directory, or org/name[@revision] in the local Hugging Face cache")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--deep", action="store_true", help="also hash every file and decode every scale")
-    p.add_argument("--plugin-version", metavar="V", help="check that clef-vllm version V can serve these weights")
+    p.add_argument("--plugin-version", metavar="V",
+                   help="check that clef-vllm version V can serve these weights (instead of the installed one)")
+    p.add_argument("--python", metavar="PATH",
+                   help="check the clef-vllm installed in the environment of this Python interpreter (default: the "
+                        "one clef-format runs in); the plugin the folder ships in vllm_plugin/ is always checked")
     p.add_argument("--layers", action="store_true", help="also show the per-layer view (see `clef-format layers`)")
     add_vllm_version(p)
 
@@ -53,6 +61,13 @@ def run(args: argparse.Namespace) -> int:
     from clef_format.verify.run import verify_checkpoint
 
     check_plugin_version(args.plugin_version)
+    if args.plugin_version is not None and args.python is not None:
+        raise UsageError("--plugin-version and --python both say which plugin serves these weights: give one",
+                         fix="--plugin-version V for a version you name, --python PATH for an environment's clef-vllm")
+    from clef_format.read.installed_plugin import installed_here, installed_in
+
+    installed = None if args.plugin_version is not None else (
+        installed_in(args.python) if args.python is not None else installed_here())
     try:
         ck = open_checkpoint(args.path)
         ck.vllm_version = args.vllm_version  # read by the pattern check
@@ -64,9 +79,11 @@ def run(args: argparse.Namespace) -> int:
         from clef_format.cli.progress import TerminalProgress
 
         with TerminalProgress() as progress:
-            report = verify_checkpoint(ck, args.path, plugin_version=args.plugin_version, deep=True, progress=progress)
+            report = verify_checkpoint(ck, args.path, plugin_version=args.plugin_version, deep=True, progress=progress,
+                                       bundled=True, installed=installed)
     else:
-        report = verify_checkpoint(ck, args.path, plugin_version=args.plugin_version)
+        report = verify_checkpoint(ck, args.path, plugin_version=args.plugin_version, bundled=True,
+                                   installed=installed)
     from clef_format.report import make_report
 
     view = _layers(ck, args.vllm_version) if args.layers and not report.could_not_run else None

@@ -1,0 +1,131 @@
+"""Can the plugins the user has serve these weights? One pair rule (``spec.compat.check_pair``) applied
+to each plugin verify was given or found, as findings plus one row per plugin for the report.
+
+The plugins, and why each finding has its severity:
+
+* ``bundled``: the clef-vllm a release ships in ``vllm_plugin/`` (read statically,
+  ``read.plugin_source``). The card installs it with ``pip install ./<repo>/vllm_plugin``, so a
+  version that cannot serve the weights beside it is a fact of the folder's own files: weights and
+  plugin come from different revisions (the 2026-10-07 failure). ``bundled-plugin-mismatch``, an
+  error. A version that cannot be read statically is a ``bundled-plugin-unread`` warning.
+* ``argument``: ``--plugin-version V``, the explicit question. ``plugin-incompatible``, an error.
+* ``installed`` / ``python``: the clef-vllm installed in the running interpreter, or in the
+  environment of ``--python PATH`` (``read.installed_plugin``): the plugin ``vllm serve`` there would
+  load. clef-vllm depends on clef-format, so an environment that has it is a serving environment;
+  that it cannot serve these weights is a fact about what would happen there: ``plugin-incompatible``,
+  an error. An environment without clef-vllm adds a row and no finding.
+
+Only the plugin's own incompatibility is reported here: when no plugin at all may serve the weights
+(``marker-missing``, ``marker-invalid``, ``unknown-layout``), the layout checks already say so and
+the rows say ``can_serve: false`` without a second finding.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Any
+
+    from clef_format.read.checkpoint import Checkpoint
+    from clef_format.read.installed_plugin import InstalledPlugin
+
+from clef_format.read.plugin_source import PLUGIN_DIR, read_bundled_plugin
+from clef_format.spec.findings import Finding, error, warning
+
+
+def _pair(ck: Checkpoint, version: str, path: str) -> tuple[str, str, str] | None:
+    """``None`` when clef-vllm ``version`` can serve the checkpoint, else (code, reason, fix)."""
+    from clef_format.errors import IncompatibleError
+    from clef_format.spec.compat import check_pair  # packaging: only when a plugin version is checked
+    from clef_format.spec.marker import MarkerError, read_marker
+
+    try:
+        marker = read_marker(ck.head_config) if isinstance(ck.head_config, dict) else None
+    except MarkerError as exc:
+        return "marker-invalid", f"the marker is invalid ({exc})", ""
+    try:
+        check_pair(ck.layout, marker, version, path=path, snapshot=ck.hf_snapshot)
+    except IncompatibleError as exc:
+        return exc.code, exc.reason, exc.fix
+    return None
+
+
+def _valid(version: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(version)
+    except InvalidVersion:
+        return False
+    return True
+
+
+def plugin_dir_of(ck: Checkpoint, path: str) -> str:
+    """How the user names the bundled plugin folder in ``pip install`` (the snapshot's real folder in a cache)."""
+    return os.path.join(ck.root if ck.hf_snapshot else path, PLUGIN_DIR)
+
+
+def bundled_findings(ck: Checkpoint, path: str) -> tuple[list[Finding], list[dict[str, Any]]]:
+    """The plugin shipped in ``vllm_plugin/`` against the weights beside it."""
+    plugin = read_bundled_plugin(ck)
+    if plugin is None:
+        return [], []
+    row: dict[str, Any] = {"source": "bundled", "where": plugin.where, "version": plugin.version, "can_serve": None}
+    if plugin.version is None or not _valid(plugin.version):
+        note = plugin.note or f"{plugin.where} gives {plugin.version!r}, which is not a PEP 440 version"
+        row["note"] = note
+        return [warning("bundled-plugin-unread", f"the version of the plugin shipped in {PLUGIN_DIR}/ could not be "
+                        f"read: {note}; whether it can serve these weights is not known", file=plugin.where.split(" ")[0],
+                        fix=f"check the version pip reports after pip install {plugin_dir_of(ck, path)} "
+                            f"(clef-format verify {path} then checks the installed one)")], [row]
+    problem = _pair(ck, plugin.version, path)
+    row["can_serve"] = problem is None
+    if problem is None or problem[0] != "plugin-incompatible":
+        return [], [row]
+    _, reason, fix = problem
+    where = plugin.where.split(" ")[0]
+    return [error("bundled-plugin-mismatch",
+                  f"the plugin shipped beside these weights, clef-vllm {plugin.version} ({plugin.where}), cannot serve "
+                  f"them: {reason}. The weights and {PLUGIN_DIR}/ come from different revisions (weights pulled "
+                  "without the rest of the repo)", file=where,
+                  fix=f"pull the whole repo again (weights and {PLUGIN_DIR}/ of one revision), then reinstall the "
+                      f"plugin from it: pip install {plugin_dir_of(ck, path)}; if you changed the weights yourself "
+                      f"(clef-format migrate): {fix}")], [row]
+
+
+def argument_findings(ck: Checkpoint, version: str, path: str) -> tuple[list[Finding], list[dict[str, Any]]]:
+    """``--plugin-version V``: the plugin the user named."""
+    problem = _pair(ck, version, path)
+    row = {"source": "argument", "where": "--plugin-version", "version": version, "can_serve": problem is None}
+    if problem is None:
+        return [], [row]
+    code, reason, fix = problem
+    if code == "marker-invalid" and not fix:
+        from clef_format.spec.compat import marker_fix
+
+        reason, fix = f"{reason}; nothing may serve these weights", marker_fix(path, ck.hf_snapshot)
+    return [error("plugin-incompatible", f"clef-vllm {version}: {reason}", fix=fix)], [row]
+
+
+def installed_findings(ck: Checkpoint, found: InstalledPlugin, path: str,
+                       bundled_serves: bool | None = None) -> tuple[list[Finding], list[dict[str, Any]]]:
+    """The clef-vllm of an environment (the running one, or ``--python PATH``); ``bundled_serves``: whether
+    the plugin the folder ships can serve the weights (its install command is then the first fix)."""
+    row: dict[str, Any] = {"source": found.source, "where": found.where, "version": found.version, "can_serve": None}
+    if found.version is None:
+        return [], [row]
+    if not _valid(found.version):
+        row["note"] = f"its metadata gives {found.version!r}, which is not a PEP 440 version"
+        return [], [row]
+    problem = _pair(ck, found.version, path)
+    row["can_serve"] = problem is None
+    if problem is None or problem[0] != "plugin-incompatible":
+        return [], [row]
+    _, reason, fix = problem
+    here = "in this Python" if found.source == "installed" else "in the environment of --python"
+    if bundled_serves:
+        fix = f"install the plugin shipped with these weights: pip install {plugin_dir_of(ck, path)}; or {fix}"
+    return [error("plugin-incompatible", f"clef-vllm {found.version} installed {here} ({found.where}) cannot serve "
+                  f"these weights: {reason}", fix=fix)], [row]

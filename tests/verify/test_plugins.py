@@ -1,0 +1,381 @@
+"""The plugins the user has, against the weights: the clef-vllm a release ships in ``vllm_plugin/``
+(read statically, every way a packaging file states a version, hostile files), the one installed in
+the running interpreter or in another environment (``--python``), and ``--plugin-version``.
+
+The installed plugins are real: pip builds the fixture's ``vllm_plugin/`` folders and installs them
+(``--target`` a folder on PYTHONPATH, or into a venv's site-packages), so the version the static
+reader gives is checked against the one pip's build gives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from clef_format.fixtures.release import PLUGIN_KINDS, write_release_files, write_vllm_plugin
+from clef_format.read.checkpoint import read_checkpoint
+from clef_format.read.plugin_source import MAX_SOURCE_BYTES, read_bundled_plugin
+from clef_format.verify import verify
+
+CLI = [sys.executable, "-m", "clef_format"]
+REPO = Path(__file__).resolve().parents[2]
+READABLE = [k for k in PLUGIN_KINDS if k != "example"]
+
+
+def run_cli(*args: str, pythonpath: list[Path] = ()) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([*map(str, pythonpath), str(REPO)])
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def pip_install(source: Path, target: Path) -> None:
+    """Build ``source`` with setuptools and install it into ``target`` (no download, no deps)."""
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--no-index", "--target", str(target), str(source)], check=True, capture_output=True,
+                   cwd=str(source.parent), timeout=300)
+
+
+def installed_version(target: Path) -> str:
+    from importlib.metadata import distributions
+
+    (dist,) = [d for d in distributions(path=[str(target)]) if d.metadata["Name"] == "clef-vllm"]
+    return dist.version
+
+
+@pytest.fixture(scope="module")
+def releases(tmp_path_factory):
+    """(layout, plugin version) -> a release folder: weights, vllm_plugin/ and the build's other files."""
+    from clef_format.fixtures.builders import build_checkpoint
+
+    made: dict[tuple[str, str], Path] = {}
+
+    def make(layout: str, version: str, kind: str = "pyproject") -> Path:
+        key = (layout, version, kind)
+        if key not in made:
+            root = build_checkpoint(tmp_path_factory.mktemp("rel") / "clef", layout=layout)
+            write_vllm_plugin(root, version, kind)
+            write_release_files(root)
+            made[key] = root
+        return made[key]
+
+    return make
+
+
+# -- the bundled plugin: the pair rule, in each layout -------------------------------------------------
+
+@pytest.mark.parametrize("layout,version,ok", [
+    ("layout-2", "0.2.1", True), ("layout-2", "0.1.4", False),
+    ("layout-1", "0.1.4", True), ("layout-1", "0.2.1", False),
+])
+def test_bundled_plugin_against_its_weights(releases, layout, version, ok):
+    report = verify(str(releases(layout, version)))
+    mismatch = [f for f in report.findings if f.code == "bundled-plugin-mismatch"]
+    (row,) = report.details["plugins"]
+    assert row == {"source": "bundled", "where": "vllm_plugin/pyproject.toml ([project] version)",
+                   "version": version, "can_serve": ok}
+    if ok:
+        assert mismatch == [] and all(f.severity != "error" for f in report.findings), report.findings
+    else:
+        (f,) = mismatch
+        assert f.severity == "error" and f.file == "vllm_plugin/pyproject.toml"
+        assert f"clef-vllm {version}" in f.message
+        assert "pull the whole repo again" in f.fix and f"pip install {releases(layout, version)}/vllm_plugin" in f.fix
+
+
+def test_layout_2_with_a_0_1_plugin_folder_is_an_error_naming_the_fix(releases):
+    root = releases("layout-2", "0.1.4")
+    proc = run_cli("verify", str(root))
+    assert proc.returncode == 1, proc.stdout
+    assert "bundled-plugin-mismatch" in proc.stdout
+    assert "bundled   clef-vllm 0.1.4 (shipped in vllm_plugin/pyproject.toml ([project] version)): cannot serve" \
+        in proc.stdout
+    assert f"fix: pull the whole repo again (weights and vllm_plugin/ of one revision), then reinstall the plugin " \
+           f"from it: pip install {root}/vllm_plugin" in proc.stdout
+
+
+def test_release_files_are_quiet_but_a_pickle_is_not(releases, tmp_path):
+    import shutil
+
+    root = tmp_path / "clef"
+    shutil.copytree(releases("layout-2", "0.2.1"), root)
+    report = verify(str(root))
+    assert report.findings == (), report.findings
+    assert {"recipe.yaml", "scripts/sensitivity_scan.json", "scripts/shrink_tables.py", "chat_template.jinja",
+            "processor_config.json", "vllm_plugin/pyproject.toml"} <= set(report.details["files"])
+    (root / "vllm_plugin" / "clef_vllm" / "weights.pt").write_bytes(b"\x80\x04K\x01.")
+    (root / "scripts" / "cache.pkl").write_bytes(b"\x80\x04K\x01.")
+    unsafe = sorted(f.file for f in verify(str(root)).findings if f.code == "unsafe-file")
+    assert unsafe == ["scripts/cache.pkl", "vllm_plugin/clef_vllm/weights.pt"]
+
+
+def test_bundled_plugin_in_a_hugging_face_cache_snapshot(releases, tmp_path):
+    """A repo id in the cache: the snapshot's files are links into blobs/; the fix names the snapshot folder."""
+    from clef_format.fixtures.hub_cache import build_hub_cache
+
+    cache = tmp_path / "hub"
+    snap = build_hub_cache(cache, "someone/clef-flash-NVFP4", releases("layout-2", "0.1.4", "setup-cfg"))
+    env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([*CLI, "verify", "someone/clef-flash-NVFP4", "--json"], capture_output=True, text=True,
+                          env=env, timeout=300)
+    payload = json.loads(proc.stdout)
+    (f,) = [f for f in payload["findings"] if f["code"] == "bundled-plugin-mismatch"]
+    assert f"pip install {snap}/vllm_plugin" in f["fix"]
+    assert payload["plugins"][0] == {"source": "bundled", "where": "vllm_plugin/setup.cfg [metadata] version",
+                                     "version": "0.1.4", "can_serve": False}
+
+
+def test_the_serving_gate_and_migrate_do_not_judge_the_bundled_folder(releases):
+    from clef_format.read.checkpoint import read_checkpoint as rc
+    from clef_format.verify.run import verify_checkpoint
+
+    from clef_format.compat import IncompatibleError, check_checkpoint
+
+    root = releases("layout-2", "0.1.4")
+    assert "plugins" not in verify_checkpoint(rc(root), str(root)).details  # what migrate runs
+    check_checkpoint(str(root), "0.2.1")  # the gate checks the plugin it runs in: 0.2.1 serves layout-2
+    with pytest.raises(IncompatibleError) as exc:
+        check_checkpoint(str(root), "0.1.4")
+    assert exc.value.code == "plugin-incompatible"
+
+
+# -- reading the version: every kind of packaging file, and pip agrees ---------------------------------
+
+@pytest.mark.parametrize("kind", READABLE)
+def test_static_version_is_the_version_pip_builds(releases, tmp_path, kind):
+    root = releases("layout-2", "0.2.1", kind)
+    plugin = read_bundled_plugin(read_checkpoint(root))
+    assert plugin.version == "0.2.1" and plugin.note == "", plugin
+    assert plugin.where.startswith("vllm_plugin/")
+    pip_install(root / "vllm_plugin", tmp_path / "site")
+    assert installed_version(tmp_path / "site") == plugin.version
+
+
+def test_each_kind_names_its_file(releases):
+    where = {k: read_bundled_plugin(read_checkpoint(releases("layout-2", "0.2.1", k))).where for k in READABLE}
+    assert where == {
+        "pyproject": "vllm_plugin/pyproject.toml ([project] version)",
+        "pyproject-attr": "vllm_plugin/clef_vllm/__init__.py (__version__, via vllm_plugin/pyproject.toml "
+                          "[tool.setuptools.dynamic])",
+        "setup-cfg": "vllm_plugin/setup.cfg [metadata] version",
+        "setup-py": "vllm_plugin/setup.py (setup(version=...))",
+        "setup-py-reads-init": "vllm_plugin/clef_vllm/__init__.py (__version__)",
+    }
+
+
+@pytest.mark.parametrize("case,expected", [
+    ("setup.py over setup.cfg", "0.1.9"), ("pyproject over setup.py", "0.2.1"),
+    ("pyproject over a stale __version__", "0.2.1"), ("computed setup.py over setup.cfg", "0.1.7"),
+])
+def test_several_sources_the_one_setuptools_builds_wins(releases, tmp_path, case, expected):
+    """Where two files state a version, the reader takes the one pip's build really gives."""
+    import shutil
+
+    kind = {"setup.py over setup.cfg": "setup-cfg", "computed setup.py over setup.cfg": "setup-cfg"}.get(case, "pyproject")
+    root = tmp_path / "clef"
+    shutil.copytree(releases("layout-2", "0.2.1", kind), root)
+    plugin = root / "vllm_plugin"
+    if case == "setup.py over setup.cfg":
+        (plugin / "setup.py").write_text('from setuptools import setup\n\nsetup(version="0.1.9")\n')
+    elif case == "computed setup.py over setup.cfg":
+        (plugin / "setup.py").write_text("from setuptools import setup\n\nsetup(version='.'.join(['0', '1', '7']))\n")
+        (plugin / "clef_vllm" / "__init__.py").write_text('__version__ = "0.1.7"\n')
+    elif case == "pyproject over setup.py":
+        (plugin / "setup.py").write_text('from setuptools import setup\n\nsetup(version="0.1.9")\n')
+    else:
+        (plugin / "clef_vllm" / "__init__.py").write_text('__version__ = "0.1.9"\n')
+    assert read_bundled_plugin(read_checkpoint(root)).version == expected
+    pip_install(plugin, tmp_path / "site")
+    assert installed_version(tmp_path / "site") == expected
+
+
+def test_a_version_set_at_build_time_is_a_warning_not_a_guess(releases):
+    report = verify(str(releases("layout-2", "0.1.4", "example")))
+    (f,) = report.findings
+    assert (f.code, f.severity) == ("bundled-plugin-unread", "warning")
+    assert "computes the version when it runs" in f.message
+    assert report.details["plugins"][0]["can_serve"] is None
+
+
+def _hostile(root: Path, case: str) -> None:
+    plugin = root / "vllm_plugin"
+    py = plugin / "pyproject.toml"
+    if case == "huge":
+        py.write_text("# x\n" * (MAX_SOURCE_BYTES // 4 + 10))
+    elif case == "not-utf8":
+        py.write_bytes(b'[project]\nname = "clef-vllm"\nversion = "\xff\xfe"\n')
+    elif case == "bad-toml":
+        py.write_text('[project\nname = "clef-vllm"\n')
+    elif case == "setup-py-syntax":
+        py.write_text('[build-system]\nrequires = ["setuptools"]\n')
+        (plugin / "setup.py").write_text("setup(version='0.2.1'\n")
+    elif case == "setup-py-null":
+        py.write_text('[build-system]\nrequires = ["setuptools"]\n')
+        (plugin / "setup.py").write_bytes(b"setup(version='0.2.1')\x00\n")
+    elif case == "deep-nesting":
+        py.write_text('[build-system]\nrequires = ["setuptools"]\n')
+        (plugin / "setup.py").write_text("x = " + "(" * 200_000 + ")" * 200_000 + "\n")
+    elif case == "constant-recomputed":
+        py.write_text('[build-system]\nrequires = ["setuptools"]\n')
+        (plugin / "setup.py").write_text('import os\nfrom setuptools import setup\n\nVERSION = "0.2.1"\n'
+                                         'VERSION = os.environ["V"]\nsetup(name="clef-vllm", version=VERSION)\n')
+        (plugin / "clef_vllm" / "__init__.py").write_text("")
+    elif case == "bad-setup-cfg":
+        py.write_text('[build-system]\nrequires = ["setuptools"]\n')
+        (plugin / "setup.cfg").write_text("[metadata]\nname = clef-vllm\nname = other\n")
+    elif case == "other-package":
+        py.write_text(py.read_text().replace('name = "clef-vllm"', 'name = "clef-systemone"'))
+    elif case == "not-a-version":
+        py.write_text(py.read_text().replace('version = "0.2.1"', 'version = "two"'))
+    elif case == "attr-missing-module":
+        py.write_text(py.read_text().replace('version = "0.2.1"', 'dynamic = ["version"]')
+                      + '\n[tool.setuptools.dynamic]\nversion = {attr = "clef_vllm.nowhere.__version__"}\n')
+    elif case == "symlink-out":
+        outside = root.parent / "outside.toml"
+        outside.write_text('[project]\nname = "clef-vllm"\nversion = "0.2.1"\n')
+        py.unlink()
+        py.symlink_to(outside)
+
+
+@pytest.mark.parametrize("case", ["huge", "not-utf8", "bad-toml", "setup-py-syntax", "setup-py-null", "deep-nesting",
+                                  "constant-recomputed", "bad-setup-cfg", "other-package", "not-a-version", "attr-missing-module",
+                                  "symlink-out"])
+def test_hostile_plugin_files_are_a_note_never_a_traceback(releases, tmp_path, case):
+    import shutil
+
+    root = tmp_path / "clef"
+    shutil.copytree(releases("layout-2", "0.2.1"), root)
+    _hostile(root, case)
+    proc = run_cli("verify", str(root), "--json")
+    assert "Traceback" not in proc.stderr, proc.stderr
+    payload = json.loads(proc.stdout)
+    bundled = [r for r in payload["plugins"] if r["source"] == "bundled"]
+    assert bundled and bundled[0]["version"] in (None, "two") and bundled[0]["can_serve"] is None
+    codes = {f["code"] for f in payload["findings"]}
+    assert "bundled-plugin-unread" in codes and "bundled-plugin-mismatch" not in codes
+    assert proc.returncode == (1 if case == "symlink-out" else 0)  # path-escape is the error there
+
+
+def test_mini_toml_reader_of_python_3_10_reads_what_tomllib_reads(releases):
+    import tomllib
+
+    from clef_format.read.plugin_source import _mini_toml
+
+    for kind in ("pyproject", "pyproject-attr"):
+        text = (releases("layout-2", "0.2.1", kind) / "vllm_plugin" / "pyproject.toml").read_text()
+        full, mini = tomllib.loads(text), _mini_toml(text)
+        assert mini["project"]["name"] == full["project"]["name"]
+        assert mini["project"].get("version") == full["project"].get("version")
+        assert mini["project"].get("dynamic") == full["project"].get("dynamic")
+        assert mini.get("tool", {}).get("setuptools", {}).get("dynamic") == \
+            full.get("tool", {}).get("setuptools", {}).get("dynamic")
+
+
+# -- the installed plugin: the running interpreter and --python ----------------------------------------
+
+@pytest.fixture(scope="module")
+def installed(releases, tmp_path_factory):
+    """plugin version -> a folder pip installed that release's vllm_plugin/ into."""
+    made: dict[str, Path] = {}
+
+    def make(version: str) -> Path:
+        if version not in made:
+            made[version] = tmp_path_factory.mktemp("site") / f"clef-vllm-{version}"
+            pip_install(releases("layout-1" if version < "0.2" else "layout-2", version) / "vllm_plugin", made[version])
+        return made[version]
+
+    return make
+
+
+def test_an_installed_0_1_plugin_cannot_serve_layout_2(releases, installed):
+    root = releases("layout-2", "0.2.1")
+    proc = run_cli("verify", str(root), "--json", pythonpath=[installed("0.1.4")])
+    assert proc.returncode == 1, proc.stdout
+    payload = json.loads(proc.stdout)
+    (f,) = payload["findings"]
+    assert (f["code"], f["severity"]) == ("plugin-incompatible", "error")
+    assert "clef-vllm 0.1.4 installed in this Python" in f["message"]
+    assert f["fix"].startswith(f"install the plugin shipped with these weights: pip install {root}/vllm_plugin")
+    bundled, inst = payload["plugins"]
+    assert bundled["can_serve"] is True
+    assert (inst["source"], inst["version"], inst["can_serve"]) == ("installed", "0.1.4", False)
+    assert inst["where"].startswith(sys.executable) and str(installed("0.1.4")) in inst["where"]
+    text = run_cli("verify", str(root), pythonpath=[installed("0.1.4")]).stdout
+    assert "installed clef-vllm 0.1.4 (installed in " in text and "): cannot serve these weights" in text
+
+
+def test_a_stale_pair_of_both_is_two_errors_and_the_fix_is_the_whole_repo(releases, installed):
+    """Weights pulled alone on 2026-10-07 into a folder and an environment that both hold 0.1.4."""
+    root = releases("layout-2", "0.1.4")
+    payload = json.loads(run_cli("verify", str(root), "--json", pythonpath=[installed("0.1.4")]).stdout)
+    by_code = {f["code"]: f for f in payload["findings"]}
+    assert set(by_code) == {"bundled-plugin-mismatch", "plugin-incompatible"}
+    assert by_code["plugin-incompatible"]["fix"].startswith("install the plugin shipped with the checkpoint (pip install 'clef-vllm>=0.2.0')")
+    assert f"{root}/vllm_plugin" not in by_code["plugin-incompatible"]["fix"]  # that folder cannot serve them either
+    assert [(r["source"], r["can_serve"]) for r in payload["plugins"]] == [("bundled", False), ("installed", False)]
+
+
+def test_an_installed_plugin_that_can_serve_adds_no_finding(releases, installed):
+    proc = run_cli("verify", str(releases("layout-2", "0.2.1")), "--json", pythonpath=[installed("0.2.1")])
+    assert proc.returncode == 0, proc.stdout
+    payload = json.loads(proc.stdout)
+    assert payload["findings"] == []
+    assert [(r["source"], r["version"], r["can_serve"]) for r in payload["plugins"]] == [
+        ("bundled", "0.2.1", True), ("installed", "0.2.1", True)]
+
+
+def test_plugin_version_is_the_explicit_choice(releases, installed):
+    """--plugin-version replaces the installed plugin: the environment is not looked at."""
+    proc = run_cli("verify", str(releases("layout-2", "0.2.1")), "--json", "--plugin-version", "0.2.1",
+                   pythonpath=[installed("0.1.4")])
+    assert proc.returncode == 0, proc.stdout
+    assert [r["source"] for r in json.loads(proc.stdout)["plugins"]] == ["bundled", "argument"]
+
+
+def test_python_option_checks_another_environment(releases, installed, tmp_path):
+    env = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False).create(env)
+    python = env / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    root = releases("layout-1", "0.1.4")
+    proc = run_cli("verify", str(root), "--json", "--python", str(python))
+    payload = json.loads(proc.stdout)
+    assert payload["plugins"][-1] == {"source": "python", "where": str(python), "version": None, "can_serve": None}
+    pip_install(releases("layout-2", "0.2.1") / "vllm_plugin", site)
+    proc = run_cli("verify", str(root), "--json", "--python", str(python))
+    assert proc.returncode == 1, proc.stdout
+    payload = json.loads(proc.stdout)
+    row = payload["plugins"][-1]
+    assert (row["source"], row["version"], row["can_serve"]) == ("python", "0.2.1", False)
+    assert row["where"].startswith(str(python))
+    (f,) = [f for f in payload["findings"] if f["code"] == "plugin-incompatible"]
+    assert "installed in the environment of --python" in f["message"] and "layout-1" in f["message"]
+
+
+@pytest.mark.parametrize("bad", ["/definitely/not/python", "file", "not-python"])
+def test_a_bad_python_is_a_usage_error(releases, tmp_path, bad):
+    if bad == "file":
+        path = tmp_path / "python"
+        path.write_text("not executable")
+    elif bad == "not-python":
+        path = tmp_path / "python"
+        path.write_text("#!/bin/sh\necho hello\n")
+        path.chmod(0o755)
+    else:
+        path = Path(bad)
+    proc = run_cli("verify", str(releases("layout-2", "0.2.1")), "--json", "--python", str(path))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    payload = json.loads(proc.stdout)
+    assert payload["findings"][0]["code"] == "usage-error" and "--python" in payload["error"]
+
+
+def test_python_and_plugin_version_together_is_a_usage_error(releases):
+    proc = run_cli("verify", str(releases("layout-2", "0.2.1")), "--json", "--python", sys.executable,
+                   "--plugin-version", "0.2.1")
+    assert proc.returncode == 2 and json.loads(proc.stdout)["findings"][0]["code"] == "usage-error"
