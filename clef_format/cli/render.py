@@ -168,10 +168,12 @@ def render_history(report: Report) -> str:
 
 
 def _where(row: dict[str, Any]) -> str:
+    from clef_format.cli.commands.scan_cmd import printable
+
     if row.get("repo_id") and row.get("revision"):
         refs = f" ({', '.join(row['refs'])})" if row.get("refs") else ""
-        return f"{row['repo_id']}@{row['revision'][:12]}{refs}"
-    return str(row["where"])
+        return printable(f"{row['repo_id']}@{row['revision'][:12]}{refs}")
+    return printable(str(row["where"]))
 
 
 def render_scan(report: Report, rows: object = None) -> str:
@@ -180,7 +182,7 @@ def render_scan(report: Report, rows: object = None) -> str:
     colors = {"BROKEN": "error", "unreadable": "error", "warnings": "warning", "OK": "green"}
     header = ("WHERE", "LAYOUT", "VERDICT", "SERVES WITH", "SIZE", "FIX")
     cells = [(_where(r), r.get("layout") or "-", r["verdict"], r["serves_with"], human_size(r["size_on_disk"]),
-              r.get("fix") or "-") for r in d["rows"]]
+              " ".join((r.get("fix") or "-").split())) for r in d["rows"]]
     widths = [max(len(c[i]) for c in [header, *cells]) for i in range(len(header) - 1)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)) + "  " + header[-1]]
     for c in cells:

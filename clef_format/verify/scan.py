@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from clef_format.progress import Progress
+    from clef_format.read.installed_plugin import InstalledPlugin
 
 from clef_format.read.copies import Copy, Walk, files_on_disk
 from clef_format.records import Record
@@ -82,8 +83,11 @@ def _unreadable_report(copy: Copy) -> Report:
     return make_report("verify", copy.display, None, [finding])
 
 
-def judge(copy: Copy, deep: bool = False) -> Row:
-    """verify's report of one copy, as a row; a copy that cannot be read is a row saying so, never an exception."""
+def judge(copy: Copy, deep: bool = False, installed: InstalledPlugin | None = None) -> Row:
+    """verify's report of one copy, as a row; a copy that cannot be read is a row saying so, never an exception.
+
+    The same call as ``clef-format verify``: every check, the plugin shipped in ``vllm_plugin/`` and the
+    clef-vllm installed (``installed``, looked up once by the caller)."""
     from clef_format.errors import CouldNotRun
     from clef_format.read.checkpoint import read_checkpoint
     from clef_format.spec.compat import servable_by
@@ -95,7 +99,7 @@ def judge(copy: Copy, deep: bool = False) -> Row:
     else:
         try:
             ck = read_checkpoint(copy.path)
-            report = verify_checkpoint(ck, copy.display, deep=deep)
+            report = verify_checkpoint(ck, copy.display, deep=deep, bundled=True, installed=installed)
             serves = servable_by(ck.layout, ck.head_config)
         except CouldNotRun as exc:
             report = make_report("verify", copy.display, None, [error(exc.code, str(exc), fix=exc.fix)])
@@ -105,9 +109,9 @@ def judge(copy: Copy, deep: bool = False) -> Row:
     return Row(copy, report, verdict_of(report), serves, files, first_fix(report))
 
 
-def _judged(copy: Copy, deep: bool) -> tuple:  # type: ignore[type-arg]
+def _judged(copy: Copy, deep: bool, installed: InstalledPlugin | None) -> tuple:  # type: ignore[type-arg]
     """``judge`` in a worker process: the row as plain picklable parts (a report's details are read-only)."""
-    row = judge(copy, deep)
+    row = judge(copy, deep, installed)
     r = row.report
     return row._replace(report=(r.command, r.path, r.layout, r.findings, dict(r.details)))
 
@@ -116,7 +120,8 @@ def _rebuilt(parts: Row) -> Row:
     return parts._replace(report=make_report(*parts.report))
 
 
-def scan(walk: Walk, deep: bool = False, progress: Progress | None = None, workers: int | None = None) -> list[Row]:
+def scan(walk: Walk, deep: bool = False, progress: Progress | None = None, workers: int | None = None,
+         installed: InstalledPlugin | None = None) -> list[Row]:
     """Verify every copy of ``walk``; rows sorted worst verdict first, then by where.
 
     Copies are judged in parallel processes, one per core (verify is CPU-bound Python; measured in
@@ -128,11 +133,12 @@ def scan(walk: Walk, deep: bool = False, progress: Progress | None = None, worke
     from clef_format.progress import NO_PROGRESS
 
     advance = (progress or NO_PROGRESS).add("verifying copies", len(walk.copies), unit=" copies")
-    workers = workers or min(len(os.sched_getaffinity(0)), len(walk.copies))
+    cores = len(os.sched_getaffinity(0))
+    workers = min(workers or cores, 4 * cores, len(walk.copies))  # never more processes than copies
     rows: list[Row] = []
     if workers < 2 or len(walk.copies) < 4:
         for copy in walk.copies:
-            rows.append(judge(copy, deep))
+            rows.append(judge(copy, deep, installed))
             advance(1)
     else:
         import multiprocessing
@@ -143,7 +149,7 @@ def scan(walk: Walk, deep: bool = False, progress: Progress | None = None, worke
 
         pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
         try:
-            for future in as_completed([pool.submit(_judged, copy, deep) for copy in walk.copies]):
+            for future in as_completed([pool.submit(_judged, copy, deep, installed) for copy in walk.copies]):
                 rows.append(_rebuilt(future.result()))
                 advance(1)
         except BaseException:  # Ctrl-C: the workers stop now, not after the copies they are hashing

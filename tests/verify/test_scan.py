@@ -147,7 +147,8 @@ def _tree(root: Path) -> dict[str, tuple[bool, int]]:
     return out
 
 
-def test_fixable_prints_commands_that_fix_each_copy_and_never_write_the_cache(world: dict[str, Path], tmp_path: Path) -> None:
+def test_fixable_prints_commands_that_fix_each_broken_copy_and_never_write_the_cache(world: dict[str, Path],
+                                                                                      tmp_path: Path) -> None:
     cache = tmp_path / "hub"
     shutil.copytree(world["cache"], cache, symlinks=True)
     folders = tmp_path / "models"
@@ -159,6 +160,11 @@ def test_fixable_prints_commands_that_fix_each_copy_and_never_write_the_cache(wo
     script = cli(env, "scan", "--fixable", "--into", str(into)).stdout + "\n" + \
         cli(env, "scan", str(folders), "--fixable").stdout
     commands = [x for x in script.splitlines() if x and not x.startswith("#")]
+    # one line per BROKEN copy: a command where a migration fixes it, else a comment with the advice
+    _, cached = _scan(env)
+    _, local = _scan(env, str(folders))
+    broken = [r for r in cached["rows"] + local["rows"] if r["verdict"] == "BROKEN"]
+    assert len([x for x in script.splitlines() if x]) == len(broken)
     assert commands and all(c.startswith("clef-format migrate ") for c in commands)
     assert all("--output" in c for c in commands if "@" in c)  # a cached snapshot: never in place
     for command in commands:
@@ -167,10 +173,43 @@ def test_fixable_prints_commands_that_fix_each_copy_and_never_write_the_cache(wo
         assert proc.returncode == 0, (command, proc.stdout, proc.stderr)
     assert _tree(cache) == before  # the cache was never written
     _, rescanned = _scan(env, str(into), str(folders))
-    fixed = {r["where"]: r["verdict"] for r in rescanned["rows"]}
-    assert fixed and all(v == "OK" for v in fixed.values()), fixed
-    # each cached copy that had a migrate fix now has an OK migrated copy
-    assert len([w for w in fixed if w.startswith(str(into))]) == len([c for c in commands if "@" in c])
+    verdicts = {r["where"]: r["verdict"] for r in rescanned["rows"]}
+    fixed_here = [shlex.split(c)[2] for c in commands if "@" not in c]
+    outputs = [r for r in verdicts if r.startswith(str(into))]
+    assert len(outputs) == len([c for c in commands if "@" in c])
+    assert all(verdicts[w] == "OK" for w in outputs + fixed_here), verdicts
+
+
+def test_fixable_never_prints_a_live_line_a_folder_name_could_inject(world: dict[str, Path], tmp_path: Path) -> None:
+    root = tmp_path / "models"
+    evil = root / "a\ntouch PWNED #"
+    _state(evil, "unmarked")
+    spaced = root / "b c;$(touch PWNED2)"
+    _state(spaced, "unmarked")
+    proc = cli(_env(world["cache"]), "scan", str(root), "--fixable")
+    assert proc.returncode == 1
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 2 and sum(x.startswith("#") for x in lines) == 1  # the newline: a comment, one line
+    subprocess.run(["sh", "-c", proc.stdout.replace("clef-format", f"{sys.executable} -m clef_format")],
+                   cwd=tmp_path, env=_env(world["cache"]), capture_output=True)
+    assert not (tmp_path / "PWNED").exists() and not (tmp_path / "PWNED2").exists()
+    assert cli(_env(world["cache"]), "verify", str(spaced)).returncode == 0  # the quoted command fixed it
+    table = cli(_env(world["cache"]), "scan", str(root)).stdout.splitlines()
+    assert len(table) == 5  # header, two rows, blank line and summary: the newline does not break a row
+
+
+def test_scan_checks_the_plugins_verify_checks(world: dict[str, Path], tmp_path: Path) -> None:
+    from clef_format.fixtures.release import write_vllm_plugin
+
+    root = tmp_path / "models"
+    ck = build_checkpoint(root / "apart", "layout-2")
+    write_vllm_plugin(ck, "0.1.4")  # weights of one day, plugin of another: the 2026-10-07 failure
+    env = _env(world["cache"])
+    verified = json.loads(cli(env, "verify", str(ck), "--json").stdout)
+    code, out = _scan(env, str(root))
+    assert code == 1 and out["rows"][0]["findings"] == verified["findings"]
+    assert out["rows"][0]["plugins"] == verified["plugins"]
+    assert "bundled-plugin-mismatch" in {f["code"] for f in verified["findings"]}
 
 
 def test_an_unlistable_folder_is_a_row_not_an_abort(world: dict[str, Path], tmp_path: Path) -> None:
@@ -203,10 +242,16 @@ def test_depth_cap_is_a_finding_not_a_traceback(tmp_path: Path, world: dict[str,
 def test_usage(world: dict[str, Path], tmp_path: Path) -> None:
     env = _env(world["cache"])
     for argv, code in ((["scan", str(tmp_path / "nope")], "path-not-found"), (["scan", ""], "usage-error"),
-                       (["scan", "--into", str(tmp_path)], "usage-error")):
+                       (["scan", "--into", str(tmp_path)], "usage-error"),
+                       (["scan", "--fixable", "--into", str(tmp_path / "absent")], "usage-error")):
         proc = cli(env, *argv, "--json")
         assert proc.returncode == 2 and json.loads(proc.stdout)["findings"][0]["code"] == code
     empty = tmp_path / "empty-cache"
     empty.mkdir()
     proc = cli(_env(empty), "scan")
     assert proc.returncode == 0 and "no Clef copy found" in proc.stdout
+    assert cli(_env(empty), "scan", "--fixable").stdout == ""  # nothing broken: nothing printed
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    proc = cli(_env(a_file), "scan", "--json")  # a cache that cannot be listed: could not run
+    assert proc.returncode == 2 and json.loads(proc.stdout)["findings"][0]["code"] == "unreadable"

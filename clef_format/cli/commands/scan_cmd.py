@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -18,10 +19,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout (each row a full verify report)")
     p.add_argument("--deep", action="store_true", help="also hash every file and decode every scale of every copy")
     p.add_argument("--fixable", action="store_true",
-                   help="print only the command that fixes each copy (nothing is run), to review and run yourself")
-    p.add_argument("--jobs", metavar="N", type=_jobs, help="copies verified at once (default: one per core)")
+                   help="print only the command that fixes each BROKEN copy (nothing is run), to review and run yourself")
+    p.add_argument("--jobs", metavar="N", type=_jobs,
+                   help="copies verified at once (default: one per core; at most 4 per core, and never more than copies)")
     p.add_argument("--into", metavar="DIR",
-                   help="with --fixable: where migrated copies of cached snapshots go (default: the current folder)")
+                   help="with --fixable: an existing folder where migrated copies of cached snapshots go "
+                        "(default: the current folder)")
 
 
 def _jobs(value: str) -> int:
@@ -30,8 +33,19 @@ def _jobs(value: str) -> int:
     return int(value)
 
 
+def _listable(root: str) -> None:
+    """A root (or the cache) that cannot be listed at all: nothing can be said (a folder below it is a row)."""
+    from clef_format.errors import CouldNotRun
+
+    try:
+        os.scandir(root).close()
+    except OSError as exc:
+        raise CouldNotRun(f"{root}: {exc.strerror or exc}", code="unreadable",
+                          fix="make the folder readable (permissions), or scan another root") from None
+
+
 def _walk(roots: list[str]):  # type: ignore[no-untyped-def]
-    from clef_format.errors import CouldNotRun, PathNotFound, UsageError
+    from clef_format.errors import PathNotFound, UsageError
     from clef_format.read.copies import cache_copies, folder_copies
     from clef_format.read.hf_cache import hub_cache
 
@@ -40,12 +54,13 @@ def _walk(roots: list[str]):  # type: ignore[no-untyped-def]
             raise UsageError("an empty ROOT names no folder", fix="give a folder, or no ROOT to scan the Hugging Face cache")
         if not os.path.isdir(root):
             raise PathNotFound(f"{root}: no such directory")
-        try:
-            os.scandir(root).close()
-        except OSError as exc:  # a root that cannot be listed: nothing can be said (a folder below it is a row)
-            raise CouldNotRun(f"{root}: {exc.strerror or exc}", code="unreadable",
-                              fix="make the folder readable (permissions), or scan another root") from None
-    return folder_copies(roots) if roots else cache_copies(hub_cache())
+        _listable(root)
+    if roots:
+        return folder_copies(roots)
+    cache = hub_cache()
+    if os.path.lexists(cache):  # no cache at all: nothing downloaded, no copy (exit 0)
+        _listable(cache)
+    return cache_copies(cache)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,14 +71,21 @@ def run(args: argparse.Namespace) -> int:
 
     if args.into is not None and not args.fixable:
         raise UsageError("--into is used only with --fixable", fix="add --fixable, or drop --into")
+    if args.into is not None and not os.path.isdir(args.into):
+        raise UsageError(f"--into {args.into}: no such folder (the printed commands would fail)",
+                         fix=f"mkdir -p {shlex.quote(args.into)}, or give an existing folder")
+    from clef_format.read.installed_plugin import installed_here
+
     walk = _walk(args.roots)
     with TerminalProgress() as progress:
-        rows = scan(walk, deep=args.deep, progress=progress, workers=args.jobs)
+        rows = scan(walk, deep=args.deep, progress=progress, workers=args.jobs, installed=installed_here())
     report = scan_report(args.roots, rows, walk.limits)
     if args.fixable and not args.json:
         from clef_format.cli.output import exit_status
 
-        print(fix_script(rows, args.into or os.getcwd()))
+        script = fix_script(rows, args.into or os.getcwd())
+        if script:
+            print(script)
         return exit_status(report)
 
     def human(r: Report) -> str:
@@ -114,21 +136,25 @@ def scan_report(roots: list[str], rows: list[Row], limits: tuple[str, ...]) -> R
                        {"roots": list(roots) or [hub_cache()], "rows": [r.to_dict() for r in rows], "totals": totals})
 
 
+def printable(text: str) -> str:
+    """``text`` on one line: control characters (a newline in a folder name) escaped, as Python writes them."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def fix_commands(rows: list[Row], into: str) -> list[dict[str, str]]:
-    """Per copy that is not OK: the command that fixes it (a migrate), or the advice when no command can."""
+    """Per BROKEN copy: the command that fixes it (a migrate), or the advice when no command can."""
     import re
-    import shlex
 
     from clef_format.read.hf_cache import in_hf_cache
 
     out = []
     for row in rows:
-        if row.verdict == "OK" or not row.fix:
+        if row.verdict != "BROKEN" or not row.fix:
             continue
-        to = re.search(r"clef-format migrate \S+ --to (\S+)", row.fix)
-        if row.to_migrate and to is not None:
+        to = re.search(r" --to (\S+)", row.fix) if row.to_migrate else None
+        if to is not None:
             target = to.group(1).rstrip(",;.")
-            command = f"clef-format migrate {shlex.quote(row.copy.display)} --to {target}"
+            command = f"clef-format migrate {shlex.quote(row.copy.display)} --to {shlex.quote(target)}"
             if in_hf_cache(row.copy.path):  # a cached snapshot is never written: a migrated copy beside it
                 name = (row.copy.repo_id or os.path.basename(row.copy.path)).replace("/", "--")
                 rev = (row.copy.revision or "")[:12]
@@ -141,11 +167,15 @@ def fix_commands(rows: list[Row], into: str) -> list[dict[str, str]]:
 
 
 def fix_script(rows: list[Row], into: str) -> str:
-    """``--fixable`` as text: one runnable command per line; advice that is no command as a comment."""
+    """``--fixable`` as text: one runnable command per line; advice that is no command as a comment, on one
+    line whatever the folder's name holds (a newline in it could otherwise end the comment)."""
     lines = []
     for item in fix_commands(rows, into):
-        if "command" in item:
+        if "command" in item and item["command"].isprintable():
             lines.append(item["command"])
+        elif "command" in item:  # a newline or other control character in a path: never a live line
+            lines.append(f"# {printable(item['where'])}: its path holds control characters; rename the folder, then "
+                         f"run: {printable(item['command'])}")
         else:
-            lines.append(f"# {item['where']}: {item['advice']}")
-    return "\n".join(lines) if lines else "# nothing to fix"
+            lines.append(f"# {printable(item['where'])}: {printable(item['advice'])}")
+    return "\n".join(lines)
