@@ -29,7 +29,7 @@ def _head_class(name: str) -> type:
     return module.JointSchemaHead
 
 
-@pytest.mark.parametrize("name", ["inferred", "release", "rms_blocks", "subclassed"])
+@pytest.mark.parametrize("name", ["inferred", "release", "rms_blocks", "subclassed", "helpers"])
 def test_the_plugins_own_head_class_module_or_state_dict_passes(fresh: Any, name: str) -> None:
     root = fresh("layout-2", "bf16", head_reference=name)
     cls = _head_class(name)
