@@ -5,7 +5,8 @@ What it defines is a fact about that checkpoint; the names this project infers a
 check reads the module tree ``JointSchemaHead.__init__`` builds from the file's syntax tree (``ast``):
 the file is never imported and never executed. A bounded evaluator follows assignments to ``self``,
 arithmetic over the config and earlier locals, ``for`` loops and comprehensions over ``range``,
-``if``s it can decide, the file's own module classes (and their ``super().__init__``), and torch's own
+``if``s it can decide, the file's own module classes (their ``super().__init__``, their methods called
+on ``self``), initializers that only change values (``nn.init.*``, ``.zero_()``), and torch's own
 layer classes, whose parameter names and shapes it knows (``TORCH_PARAMS``: the same names and shapes
 ``torch.nn`` gives them, checked against real torch in the tests). Anything else is *unknown* for the
 subtree it builds, never guessed: the checks fall back to facts for that part.
