@@ -5,7 +5,8 @@ What it defines is a fact about that checkpoint; the names this project infers a
 check reads the module tree ``JointSchemaHead.__init__`` builds from the file's syntax tree (``ast``):
 the file is never imported and never executed. A bounded evaluator follows assignments to ``self``,
 arithmetic over the config and earlier locals, ``for`` loops and comprehensions over ``range``,
-``if``s it can decide, the file's own module classes (and their ``super().__init__``), and torch's own
+``if``s it can decide, the file's own module classes (their ``super().__init__``, their methods called
+on ``self``), initializers that only change values (``nn.init.*``, ``.zero_()``), and torch's own
 layer classes, whose parameter names and shapes it knows (``TORCH_PARAMS``: the same names and shapes
 ``torch.nn`` gives them, checked against real torch in the tests). Anything else is *unknown* for the
 subtree it builds, never guessed: the checks fall back to facts for that part.
@@ -14,6 +15,7 @@ subtree it builds, never guessed: the checks fall back to facts for that part.
 from __future__ import annotations
 
 import ast
+import math
 
 from clef_format.records import Record
 
@@ -55,6 +57,14 @@ class Reference(Record):
 
 class _Unknown(Exception):
     """A value or statement the reader cannot evaluate."""
+
+
+class _Return(Exception):
+    """A ``return`` in a method the reader follows."""
+
+    def __init__(self, value: Any) -> None:
+        super().__init__()
+        self.value = value
 
 
 class _Fails(Exception):
@@ -198,6 +208,13 @@ TORCH_PARAMS: dict[str, tuple[tuple[tuple[str, Any], ...], Callable[[dict[str, A
 }
 _REQUIRED = {"Linear": 2, "LayerNorm": 1, "RMSNorm": 1, "Embedding": 2, "MultiheadAttention": 2,
              "TransformerEncoderLayer": 2, "TransformerDecoderLayer": 2}
+_MATH_CONSTANTS = {"pi": math.pi, "e": math.e}
+_MATH_FUNCTIONS = {"sqrt": math.sqrt, "log": math.log, "log2": math.log2, "exp": math.exp, "ceil": math.ceil,
+                   "floor": math.floor}
+#: In-place tensor methods (initialization): they change values, never names or shapes.
+_IN_PLACE = {"zero_", "fill_", "normal_", "uniform_", "copy_", "mul_", "add_", "clamp_", "requires_grad_",
+             "trunc_normal_", "constant_", "ones_", "zeros_", "eye_", "orthogonal_", "xavier_uniform_",
+             "xavier_normal_", "kaiming_uniform_", "kaiming_normal_"}
 _TENSOR_MAKERS = {"zeros", "ones", "empty", "randn", "rand", "full", "arange"}
 
 
@@ -278,6 +295,8 @@ class _Reader:
             return tuple(items) if isinstance(node, ast.Tuple) else items
         if isinstance(node, ast.Attribute):
             base = self.eval(node.value, env, mod)
+            if isinstance(base, _Ref) and base.path == "math" and node.attr in _MATH_CONSTANTS:
+                return _MATH_CONSTANTS[node.attr]
             if isinstance(base, _Ref):
                 return _Ref(f"{base.path}.{node.attr}")
             if isinstance(base, _Module):
@@ -459,11 +478,50 @@ class _Reader:
             if isinstance(inner, ast.Name) and inner.id == "super" and mod is not None:
                 args, kwargs = self._args(node, env, mod)
                 return self._super_init(env.get("__class__"), mod, args, kwargs)
+        if isinstance(func, ast.Attribute) and func.attr in _IN_PLACE:
+            return None  # an in-place op on tensor data (initialization): names and shapes stay
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self" \
+                and mod is not None and self._method_def(mod.kind, func.attr) is not None:
+            args, kwargs = self._args(node, env, mod)
+            return self._run_method(func.attr, mod, args, kwargs)
         callee = self.eval(func, env, mod)
+        if isinstance(callee, _Ref) and callee.path.startswith("torch.nn.init."):
+            return None  # torch's initializers fill tensors in place: names and shapes stay
         args, kwargs = self._args(node, env, mod)
         if isinstance(callee, _Ref):
             return self._call_ref(callee.path, args, kwargs, mod)
         raise _Unknown("call")
+
+    def _method_def(self, cls_name: Any, name: str) -> tuple[str, ast.FunctionDef] | None:
+        """(defining class, method) of ``self.name`` on an instance of the file's class ``cls_name``, found
+        as Python finds it (the class, then its bases in the file); never ``__init__``."""
+        seen = 0
+        while isinstance(cls_name, str) and cls_name in self.classes and seen < MAX_DEPTH:
+            seen += 1
+            cls = self.classes[cls_name]
+            for node in cls.body:
+                if isinstance(node, ast.FunctionDef) and node.name == name and name != "__init__":
+                    return cls_name, node
+            bases = self._bases(cls)
+            cls_name = bases[0][len("local."):] if len(bases) == 1 and bases[0].startswith("local.") else None
+        return None
+
+    def _run_method(self, name: str, mod: _Module, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        found = self._method_def(mod.kind, name)
+        assert found is not None
+        cls_name, fn = found
+        if fn.decorator_list:
+            raise _Unknown(f"decorated method {name}")
+        env = self.bind_call(fn, args, kwargs)
+        env["__class__"] = cls_name
+        self.depth += 1
+        try:
+            self._run(fn.body, env, mod)
+        except _Return as ret:
+            return ret.value
+        finally:
+            self.depth -= 1
+        return None
 
     def _method(self, target: Any, name: str, args: list[Any], kwargs: dict[str, Any]) -> None:
         if isinstance(target, list) and name in ("append", "extend"):
@@ -525,6 +583,12 @@ class _Reader:
         if path == "builtins.setattr" and len(args) == 3 and isinstance(args[0], _Module) and isinstance(args[1], str):
             self._set(args[0], args[1], args[2])
             return None
+        if path.startswith("math.") and path[5:] in _MATH_FUNCTIONS and not kwargs and len(args) == 1 \
+                and isinstance(args[0], (int, float)) and not isinstance(args[0], bool) and abs(args[0]) < 1e12:
+            try:
+                return _MATH_FUNCTIONS[path[5:]](args[0])
+            except (ValueError, OverflowError):
+                raise _Unknown(path) from None
         if path.endswith(".__init__") and _torch_name(path[: -len(".__init__")]) == "Module":
             return None  # nn.Module.__init__(self)
         if path.startswith("local."):
@@ -644,6 +708,8 @@ class _Reader:
         self.depth += 1
         try:
             self._run(init.body, env, mod)
+        except _Return:
+            pass  # an early ``return`` in __init__
         finally:
             self.depth -= 1
 
@@ -763,6 +829,8 @@ class _Reader:
             self.tick()
             if isinstance(node, (ast.Pass, ast.Assert)):
                 continue
+            if isinstance(node, ast.Return):
+                raise _Return(None if node.value is None else self.eval(node.value, env, mod))
             if isinstance(node, ast.Expr):
                 if isinstance(node.value, ast.Constant):
                     continue

@@ -29,7 +29,7 @@ def _head_class(name: str) -> type:
     return module.JointSchemaHead
 
 
-@pytest.mark.parametrize("name", ["inferred", "release", "rms_blocks", "subclassed"])
+@pytest.mark.parametrize("name", ["inferred", "release", "rms_blocks", "subclassed", "helpers"])
 def test_the_plugins_own_head_class_module_or_state_dict_passes(fresh: Any, name: str) -> None:
     root = fresh("layout-2", "bf16", head_reference=name)
     cls = _head_class(name)
@@ -69,3 +69,16 @@ def test_a_head_file_the_plugins_head_cannot_load_is_refused(fresh: Any, edit: A
     with pytest.raises(IncompatibleError) as exc:
         check_plugin_head(root, NEW, plugin)
     assert exc.value.code == code
+
+
+def test_the_gate_refuses_a_reference_file_the_plugin_cannot_import(fresh: Any, tmp_path: Path) -> None:
+    """The plugin imports joint_schema_model.py at start: a syntax error there is refused first, and the
+    gate never runs the file (it would create the marker)."""
+    from clef_format.vllm import check_checkpoint
+
+    root = fresh("layout-2", "bf16")
+    marker = tmp_path / "ran"
+    (root / L.HEAD_CODE).write_text(f"open({str(marker)!r}, 'w')\nclass JointSchemaHead(nn.Module:\n")
+    with pytest.raises(IncompatibleError) as exc:
+        check_checkpoint(root, NEW)
+    assert exc.value.code == "head-code-invalid" and not marker.exists()

@@ -38,7 +38,7 @@ def _torch_state(path: Path, config: dict) -> dict[str, tuple[int, ...]]:
 
 
 def test_there_are_several_reference_definitions() -> None:
-    assert {"inferred", "release", "rms_blocks", "subclassed"} <= set(REFERENCES)
+    assert {"inferred", "release", "rms_blocks", "subclassed", "helpers"} <= set(REFERENCES)
 
 
 @pytest.mark.parametrize("config", [RELEASE_CONFIG, TINY, ODD], ids=["release", "tiny", "odd"])
@@ -120,9 +120,12 @@ HEAD = "import torch\nfrom torch import nn\n\nclass JointSchemaHead(nn.Module):\
     ("self.a = nn.Linear(width, 2)\n        while True:\n            pass\n", ("",)),
     ("self.a = nn.Linear(width, 2)\n        self.b = nn.ModuleList([nn.Linear(2, 2) for _ in range(10**9)])\n", ("b",)),
     ("self.a = nn.Linear(width, 2)\n        self.b = nn.Linear(10**10**10, 2)\n", ("b",)),
+    ("self.a = nn.Linear(width, 2)\n        self.apply(init)\n", ("",)),  # apply may do anything to any module
+    ("self.a = nn.Linear(width, 2)\n        self.s = nn.Parameter(torch.tensor(math.exp(1e6)))\n", ("s",)),
+    ("self.a = nn.Linear(width, 2)\n        self.b = nn.Linear(int(math.sqrt(width)), 2)\n", ()),
 ])
 def test_what_the_reader_cannot_evaluate_is_an_unknown_subtree(body: str, unknown: tuple[str, ...]) -> None:
-    ref = read_reference((HEAD + "        " + body).encode(), {"width": 8})
+    ref = read_reference(("import math\n" + HEAD + "        " + body).encode(), {"width": 8})
     assert ref.status == "ok" and ref.unknown == unknown
     assert ref.tensors["a.weight"] == (2, 8)
 

@@ -26,7 +26,7 @@ from clef_format.verify.checks.head import check_head
 from clef_format.verify.run import verify_checkpoint
 from tests.migrate.helpers import cli, migrate_json
 
-REFERENCES = ("inferred", "release", "rms_blocks", "subclassed")
+REFERENCES = ("inferred", "release", "rms_blocks", "subclassed", "helpers")
 HEAD_ERRORS = {"head-incomplete", "head-unexpected", "head-config-invalid"}
 
 
