@@ -244,13 +244,17 @@ def mrope_rule(rope: Mapping[str, Any], head_dim: int) -> str | None:
     0.28 and 0.33 alike (rotary_embedding/__init__.py, mrope.py): ``default`` and ``yarn``, the types a
     Qwen3.5 config uses, build ``MRotaryEmbedding`` whenever ``mrope_section`` is present; it checks a
     non-empty (truthy) section with ``assert sum(mrope_section) == rotary_dim // 2``, and
-    ``mrope_interleaved`` (any value) only changes the forward pass. Not covered: ``openpangu``
+    ``mrope_interleaved`` (any value) only changes the forward pass. Before that, get_rope keys its
+    cache by the parameters (lists as tuples): an object, or a list holding one or a list, raises
+    TypeError. Not covered: ``openpangu``
     (``MRotaryEmbeddingInterleaved``) and 0.33's ``bailing_mrope``, other model families' types.
     """
     if "mrope_section" not in rope or rope.get("rope_type", "default") not in ("default", "yarn"):
         return None
     section = rope["mrope_section"]
     dim = rotary_dim(head_dim, rope)
+    if isinstance(section, dict) or (isinstance(section, list) and any(isinstance(v, (list, dict)) for v in section)):
+        return "it cannot be hashed (get_rope keys its cache by the RoPE parameters: TypeError)"
     if dim is None or not section:
         return None  # get_rope fails before (partial_rotary_factor), or MRotaryEmbedding skips its check
     total = _sum(section)

@@ -191,3 +191,15 @@ def test_a_bad_vllm_version_is_a_usage_error_with_a_fix(built, vllm_version) -> 
         check_checkpoint(built("layout-2", "bf16"), "0.2.0", vllm_version=vllm_version)
     assert str(exc.value) and "0.28" in exc.value.fix and exc.value.code == "usage-error"
     assert check_checkpoint(built("layout-2", "bf16"), "0.2.0", vllm_version="0.34")  # unproven, but known
+
+
+@pytest.mark.parametrize("key, value", [("mrope_section", [1, 1, 1]), ("rope_theta", float("nan"))])
+def test_check_checkpoint_refuses_rope_parameters_vllm_cannot_build(fresh, key: str, value) -> None:
+    """The gate passed an mrope_section MRotaryEmbedding asserts on, and a NaN rope_theta."""
+    root = fresh("layout-2", "bf16", num_layers=4)
+    cfg = json.loads((root / L.CONFIG).read_text())
+    cfg["text_config"]["rope_parameters"][key] = value
+    (root / L.CONFIG).write_text(json.dumps(cfg))
+    with pytest.raises(IncompatibleError) as exc:
+        check_checkpoint(root, "0.2.0")
+    assert exc.value.code == "config-invalid" and any(key in f.message for f in exc.value.findings)
