@@ -54,12 +54,13 @@ def _stream(fd: int, start: int, nbytes: int, step: int) -> "Iterable[tuple[int,
 
 
 def judged_tables(header: Header, tables: "Iterable[str]") -> dict[str, int]:
-    """The tables whose values and scales have the format's dtypes and agreeing shapes: name -> hidden."""
+    """The tables whose values and scales have the format's dtypes and agreeing shapes: name -> hidden.
+    (A row longer than ``CHUNK`` is no model's: ``check_tables`` reports its shape; memory stays bounded.)"""
     out = {}
     for name in tables:
         q, s = header.tensors.get(name), header.tensors.get(TF.scale_name(name))
         if (q is not None and s is not None and q.dtype == TF.VALUE_DTYPE and s.dtype == TF.SCALE_DTYPE
-                and len(q.shape) == 2 and tuple(s.shape) == (q.shape[0], 1)):
+                and len(q.shape) == 2 and tuple(s.shape) == (q.shape[0], 1) and q.shape[1] <= CHUNK):
             out[name] = q.shape[1]
     return out
 

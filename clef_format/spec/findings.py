@@ -23,8 +23,8 @@ CODES: dict[str, str] = {
     "bad-header": "a safetensors header is invalid or the file is truncated",
     "path-escape": "an index entry or symlink leads outside the checkpoint",
     "unsafe-file": "pickle-based weights are present; they are never loaded",
-    "bad-config": "a JSON file (config, index, head config, manifest) is missing keys, has wrong types, holds a key twice or is not JSON",
-    "index-mismatch": "model.safetensors.index.json disagrees with the shard headers, or names a shard by a string vLLM does not match (anything but a plain top-level file name: ./x, sub/x, sub/../x)",
+    "bad-config": "a JSON file (config, index, head config, manifest; the tokenizer files in --deep and the gate) is missing keys, has wrong types, holds a key twice with different values or is not JSON; as a warning: a key twice with the same value",
+    "index-mismatch": "model.safetensors.index.json disagrees with the shard headers, or names a shard by a string vLLM does not match (anything but a plain top-level file name: ./x, sub/x, sub/../x); as a warning: an entry missing or naming another indexed file for a tensor vLLM loads anyway",
     "partial-download": "an unfinished download (.incomplete) is present",
     "stray-weights": "a top-level, non-hidden .safetensors file is not part of the backbone: a plain vLLM load would read it too",
     # layouts and the version marker
@@ -36,9 +36,9 @@ CODES: dict[str, str] = {
     # tables
     "tables-missing": "embed_tokens / lm_head are neither in the backbone nor in the int8 tables file",
     "tables-duplicated": "the tables are both in the backbone and in the int8 tables file",
-    "table-shape": "a table's name, dtype or shape disagrees with the config or the format",
+    "table-shape": "a table's name, dtype or shape disagrees with the config or the format; as a warning: a tensor the format does not define beside the tables (ignored by the plugin)",
     "nonfinite-scale": "a table row scale is NaN, infinite or negative",
-    "tables-metadata": "the int8 tables file's metadata is missing or disagrees with the format",
+    "tables-metadata": "the int8 tables file's metadata says another format; as a warning: provenance metadata (quality, source_dtype, digests, ...) missing or unreadable",
     # joint head
     "head-incomplete": "the joint head lacks tensors or its config lacks keys",
     "head-unexpected": "the joint head has tensors or config keys its config does not imply",

@@ -309,8 +309,8 @@ class TableRule:
 
     def feed(self, first_row: int, data: bytes) -> None:
         """Judge rows ``first_row ..`` given as their int8 bytes (a whole number of rows)."""
-        if b"\x80" in data:
-            p = int8_problems(data)
+        p = int8_problems(data) if b"\x80" in data else None
+        if p:
             self.problems.counts["out-of-range"] = self.problems.counts.get("out-of-range", 0) + p.counts["out-of-range"]
             first = self.problems.first.setdefault("out-of-range", [])
             for i in p.first["out-of-range"]:

@@ -8,9 +8,11 @@ what the engine itself reads in full at start-up, as ``verify --deep`` does (the
 ``startup_findings``): every table row against the format's rule, each table against the digest its
 file records, the tokenizer files' JSON.
 
-Design hook for the download references (``verify --deep``'s file hashes against the manifest, the
-cache blob names and local_dir metadata): ``verify.deep.reference_findings(ck, rels)`` checks given
-files against theirs; a gate that can afford whole-file hashing at start-up calls it here.
+With ``check_references=True`` it also hashes every file against its download reference, as
+``verify --deep`` does (``verify.deep.reference_findings``: ``clef_manifest.json``, the cache blob
+names, local_dir metadata): the only facts that catch a backbone tensor replaced by another of the
+same shape, or an FP8 weight scale edited. Off by default: it reads every byte of the checkpoint
+(benchmarks/RESULTS.md, "verify --deep"), a cost the plugin opts into.
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ def running_vllm() -> str | None:
     return None
 
 
-def check_checkpoint(source: CheckpointSource, plugin_version: str, vllm_version: str | None = None) -> "Checkpoint":
+def check_checkpoint(source: CheckpointSource, plugin_version: str, vllm_version: str | None = None, *,
+                     check_references: bool = False) -> "Checkpoint":
     """Refuse (``IncompatibleError``) a checkpoint this plugin version must not serve; else return it read.
 
     Order: reading (an unreadable file is refused as such; a head config that is not JSON, as its
@@ -60,7 +63,8 @@ def check_checkpoint(source: CheckpointSource, plugin_version: str, vllm_version
     ``vllm_version``, by default the running vLLM's), and last what the engine itself reads in full
     at start-up (``startup_findings``, as ``verify --deep``: the complete table rule on every row,
     each table against the digest its file records, the tokenizer files' JSON). No torch: the
-    tables are streamed once (about the cost of reading them: benchmarks/RESULTS.md). Raises ``PathNotFound`` when the checkpoint does not exist, ``UsageError`` (the
+    tables are streamed once (about the cost of reading them: benchmarks/RESULTS.md).
+    ``check_references``: also hash every file against its download reference (``hash-mismatch``). Raises ``PathNotFound`` when the checkpoint does not exist, ``UsageError`` (the
     error of a bad argument) for a ``vllm_version`` that names no vLLM version clef-format has rules for.
     """
     from clef_format.read.checkpoint import open_checkpoint
@@ -91,6 +95,10 @@ def check_checkpoint(source: CheckpointSource, plugin_version: str, vllm_version
     errors = [f for f in verify_checkpoint(ck, path).findings if f.severity == "error"]
     if not errors:  # what the engine reads in full at start: every table row, the recorded digests, the tokenizer
         errors = [f for f in startup_findings(ck) if f.severity == "error"]
+    if not errors and check_references:  # every file against its download reference, as verify --deep
+        from clef_format.verify.deep import reference_findings
+
+        errors = [f for f in reference_findings(ck, sorted(ck.files)) if f.severity == "error"]
     if errors:
         first = errors[0]
         more = f" (and {len(errors) - 1} more: {', '.join(sorted({f.code for f in errors[1:]}))})" if len(errors) > 1 else ""

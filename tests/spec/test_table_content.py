@@ -250,3 +250,31 @@ def test_a_truncated_tokenizer_file_is_refused_by_deep_and_the_gate(fresh, rel: 
     found = [f for f in verify(str(root), deep=True).findings if f.severity == "error"]
     assert [(f.code, f.file) for f in found] == [("bad-config", rel)] and "fails to start" in found[0].message
     assert _gate_code(root) == "bad-config"
+
+
+# ---- the backbone: only download references know it; the gate can check them on request ------
+
+def _fp8_scale_x2(root: Path) -> None:
+    path, name = root / L.BACKBONE_SINGLE, "model.language_model.layers.1.mlp.down_proj.weight_scale"
+    s = np.frombuffer(_read(path, name), np.float32) * 2
+    poke(path, name, 0, s.astype(np.float32).tobytes())
+
+
+def _layer_swapped(root: Path) -> None:
+    path = root / L.BACKBONE_SINGLE
+    other = _read(path, "model.language_model.layers.2.mlp.down_proj.weight")
+    poke(path, "model.language_model.layers.1.mlp.down_proj.weight", 0, other)
+
+
+@pytest.mark.parametrize("mutate", [_fp8_scale_x2, _layer_swapped], ids=["fp8-weight-scale-x2", "layer-tensor-swapped"])
+def test_the_gate_checks_download_references_when_asked(fresh, mutate) -> None:
+    from clef_format.cli.main import main
+
+    root = fresh("layout-2", "fp8", num_layers=4)
+    assert main(["manifest", str(root), "--json"]) == 0
+    mutate(root)
+    assert _errors(verify(str(root), deep=True)) == {"hash-mismatch"}
+    assert _gate_code(root) is None  # by default the gate reads no backbone data
+    with pytest.raises(IncompatibleError) as exc:
+        check_checkpoint(root, "0.2.0", check_references=True)
+    assert exc.value.code == "hash-mismatch" and L.BACKBONE_SINGLE in exc.value.reason
