@@ -57,11 +57,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         from clef_format.cli.parser import build_parser
 
         parser = build_parser(only=command)
-        args = parser.parse_args(args_in)
+        import contextlib
+        import io
+
+        shown = io.StringIO()
+        try:  # --help and --version print and exit inside argparse: their text is the outcome
+            with contextlib.redirect_stdout(shown):
+                args = parser.parse_args(args_in)
+        except SystemExit as exc:
+            if exc.code not in (0, None):
+                raise
+            return _help_or_version(command, shown.getvalue(), as_json)
         if not args.command:
-            parser.print_help(sys.stderr)
+            from clef_format.cli.output import write
+
+            write(parser.format_help(), "stderr")
             raise UsageError("no command given", fix="clef-format COMMAND ...; see clef-format --help")
         path = getattr(args, "path", path)
+        if path == "":  # no PATH at all (an unset variable): never the current directory, and one code for all
+            raise UsageError(f"{args.command}: PATH is empty", fix=f"clef-format {args.command} PATH ...; see "
+                                                                    f"clef-format {args.command} --help")
         from importlib import import_module
 
         module = import_module(f"clef_format.cli.commands.{COMMANDS[args.command][0]}")
@@ -73,11 +88,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             "interrupted", code="interrupted",
             fix="run the command again (an interrupted migrate resumes, or rolls back with --abort)"), as_json, args_in)
     except BrokenPipeError:  # `clef-format verify ... | head`: the reader left; not an error of ours
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _discard("stdout")
         from clef_format.cli.output import EXIT_OK
 
         return EXIT_OK
+    except Exception as exc:  # printing the outcome failed: the contract's unwritable (exit 2)
+        from clef_format.cli.output import StreamUnwritable
+
+        if not isinstance(exc, StreamUnwritable):
+            raise
+        return _unwritable(exc, as_json)
     finally:  # printing the outcome ignores Ctrl-C (one outcome only); a caller in-process gets it back
         gc.set_threshold(*thresholds)
         if argv is not None and sigint is not None:  # the console script (argv from sys.argv) keeps
@@ -88,7 +108,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _could_not_run(command: str | None, path: str | None, exc: CouldNotRun, as_json: bool, args_in: list[str]) -> int:
-    from clef_format.cli.output import EXIT_COULD_NOT_RUN, could_not_run_report, emit_json, stop_interrupts
+    from clef_format.cli.output import (
+        EXIT_COULD_NOT_RUN,
+        StreamUnwritable,
+        could_not_run_report,
+        emit_json,
+        stop_interrupts,
+        write,
+    )
 
     stop_interrupts()
 
@@ -96,12 +123,59 @@ def _could_not_run(command: str | None, path: str | None, exc: CouldNotRun, as_j
         from clef_format.cli.commands.migrate_cmd import interrupted_fix
 
         exc.fix = interrupted_fix(path, args_in)
-    if as_json:
-        emit_json(could_not_run_report(command, path, exc).to_dict())
-    else:
-        print(f"clef-format: {exc}", file=sys.stderr)
-        if exc.fix:
-            print(f"  fix: {exc.fix}", file=sys.stderr)
+    try:
+        if as_json:
+            emit_json(could_not_run_report(command, path, exc).to_dict())
+        else:
+            write(f"clef-format: {exc}\n" + (f"  fix: {exc.fix}\n" if exc.fix else ""), "stderr")
+    except BrokenPipeError:
+        _discard("stdout")
+    except StreamUnwritable as failed:
+        _unwritable(failed, as_json)
+    return EXIT_COULD_NOT_RUN
+
+
+def _help_or_version(command: str | None, text: str, as_json: bool) -> int:
+    """``--help`` / ``--version``: the text argparse made, or with ``--json`` one JSON object holding it."""
+    from clef_format import __version__
+    from clef_format.cli.output import EXIT_OK, emit_json, write
+
+    version = text.strip() == f"clef-format {__version__}"
+    if not as_json:
+        write(text)
+        return EXIT_OK
+    from clef_format.report import make_report
+
+    details = {"version": __version__} if version else {"help": text}
+    emit_json(make_report(command or "clef-format", None, None, [], details).to_dict())
+    return EXIT_OK
+
+
+def _discard(stream: str) -> None:
+    """Point the stream's descriptor at /dev/null: what is left in its buffer is flushed there at exit,
+    not reported by Python as an ignored exception (exit 120)."""
+    fh = getattr(sys, stream)
+    try:
+        fd = fh.fileno()
+    except (AttributeError, OSError, ValueError):  # closed, or not a real file (a caller's in-process capture)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def _unwritable(exc: Exception, as_json: bool) -> int:
+    """stdout or stderr could not take the outcome: exit 2 ``unwritable``. The JSON object cannot reach
+    stdout, so one line goes to stderr; when stderr cannot take it either, the exit status alone says it."""
+    from clef_format.cli.output import EXIT_COULD_NOT_RUN, StreamUnwritable, write
+
+    stream = exc.stream if isinstance(exc, StreamUnwritable) else "stdout"
+    _discard(stream)
+    if stream == "stdout":
+        try:
+            write(f"clef-format: unwritable: {exc}\n", "stderr")
+        except (StreamUnwritable, BrokenPipeError):
+            _discard("stderr")
     return EXIT_COULD_NOT_RUN
 
 

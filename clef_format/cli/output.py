@@ -33,19 +33,66 @@ def stop_interrupts() -> None:
         pass
 
 
+class StreamUnwritable(Exception):
+    """stdout or stderr cannot take the outcome (full disk, closed, EIO): the contract's ``unwritable``.
+
+    Not a ``CouldNotRun``: the outcome is known, only printing it failed; ``cli.main`` decides what
+    can still be said (a one-line message on the other stream, or nothing)."""
+
+    def __init__(self, stream: str, reason: str) -> None:
+        super().__init__(f"cannot write to {stream}: {reason}")
+        self.stream = stream
+
+
+def write(text: str, stream: str = "stdout") -> None:
+    """Write ``text`` to ``sys.<stream>`` and flush it now, so that a failure is seen here, not at exit.
+
+    A reader that left (``BrokenPipeError``) is passed on as such: ``| head -1`` is not an error.
+    """
+    fh = getattr(sys, stream)
+    if fh is None:  # the descriptor was closed when Python started
+        raise StreamUnwritable(stream, "it is closed")
+    try:
+        fh.write(text)
+        fh.flush()
+    except BrokenPipeError:
+        raise
+    except (OSError, ValueError) as exc:  # ValueError: a file object closed under us
+        raise StreamUnwritable(stream, getattr(exc, "strerror", None) or str(exc)) from None
+
+
+def one_cause(report: Report) -> Report:
+    """The contract: an exit-2 report carries exactly one finding with its could-not-run code. Several
+    (two unreadable files) become one, whose message names each and whose fix gathers theirs."""
+    from clef_format.spec.findings import COULD_NOT_RUN, Finding
+
+    causes = [f for f in report.findings if f.code in COULD_NOT_RUN]
+    if len(causes) < 2:
+        return report
+    from clef_format.report import make_report
+
+    fixes = list(dict.fromkeys(f.fix for f in causes if f.fix))
+    merged = Finding(causes[0].code, "error", f"{len(causes)} problems: " + "; ".join(f.message for f in causes),
+                     fix="; ".join(fixes) or None)
+    rest = [f for f in report.findings if f.code not in COULD_NOT_RUN]
+    details = {k: v for k, v in report.details.items() if k != "error"}
+    return make_report(report.command, report.path, report.layout, [merged, *rest], details)
+
+
 def finish(report: Report, as_json: bool, human: Callable[[Report], str]) -> int:
     """Print the report (one JSON object, or ``human(report)`` as text) and return the exit status."""
     stop_interrupts()
+    report = one_cause(report)
     if as_json:
         emit_json(report.to_dict())
     else:
-        print(human(report))
+        write(human(report) + "\n")
     return exit_status(report)
 
 
 def emit_json(payload: dict[str, Any]) -> None:
     """Exactly one JSON object on stdout."""
-    sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+    write(json.dumps(payload, indent=2) + "\n")
 
 
 def could_not_run_report(command: str | None, path: str | None, exc: CouldNotRun) -> Report:

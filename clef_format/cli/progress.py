@@ -25,6 +25,8 @@ def stderr_is_terminal() -> bool:
     forced = os.environ.get("TTY_COMPATIBLE")
     if forced in ("0", "1"):
         return forced == "1"
+    if sys.stderr is None:  # closed when Python started: nowhere to draw a bar
+        return False
     return sys.stderr.isatty() or bool(os.environ.get("FORCE_COLOR"))
 
 

@@ -16,7 +16,7 @@ _COLOR = {"error": 31, "warning": 33, "info": 36, "green": 32}
 
 
 def _use_color() -> bool:
-    return sys.stdout.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+    return sys.stdout is not None and sys.stdout.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
 
 
 def style(text: str, color: str | None = None, bold: bool = False) -> str:

@@ -136,6 +136,25 @@ def _version(plugin_version: str) -> Version:
                                 f"pass the installed {PLUGIN} version, e.g. 0.2.1") from None
 
 
+def plugin_version_argument(value: object, name: str = "plugin_version", example: str = "'0.2.1'") -> str:
+    """A plugin version as a caller gives it, as the text the rules take: what ``verify --plugin-version``
+    takes (any PEP 440 version string) or a ``packaging.version.Version``. Anything else is the
+    caller's mistake, a ``UsageError`` with a fix, never a refusal of the checkpoint nor a TypeError."""
+    from clef_format.errors import UsageError
+
+    fix = f"pass the installed {PLUGIN} version, e.g. {example}"
+    if isinstance(value, Version):
+        return str(value)
+    if not isinstance(value, str):
+        raise UsageError(f"{name} {value!r} ({type(value).__name__}) is not a version string or a "
+                         "packaging.version.Version", fix=fix)
+    try:
+        Version(value)
+    except InvalidVersion:
+        raise UsageError(f"{name} {value!r} is not a version", fix=fix) from None
+    return value
+
+
 def served_layout(plugin_version: str) -> Layout | None:
     """The one layout this plugin version can serve (``None`` for versions below 0.1)."""
     version = _version(plugin_version)

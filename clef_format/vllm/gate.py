@@ -21,14 +21,29 @@ import os
 from typing import TYPE_CHECKING, Union
 
 from clef_format.errors import IncompatibleError
-from clef_format.spec.compat import check_pair, marker_fix
+from clef_format.spec.compat import check_pair, marker_fix, plugin_version_argument
 from clef_format.spec.layouts import TABLES, Layout
 
 if TYPE_CHECKING:
     from clef_format.read.checkpoint import Checkpoint
 
-#: What the hooks accept as a checkpoint: a directory, a cached repo id, or one already read.
-CheckpointSource = Union[str, "os.PathLike[str]", "Checkpoint"]
+#: What the hooks accept as a checkpoint: a directory (str, bytes or path-like), a cached repo id, or one
+#: already read.
+CheckpointSource = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]", "Checkpoint"]
+
+
+def _source_argument(source: object) -> "str | Checkpoint":
+    """A checkpoint argument as ``open_checkpoint`` takes it; anything else is a ``UsageError``, never a TypeError."""
+    from clef_format.errors import UsageError
+    from clef_format.read.checkpoint import Checkpoint
+
+    if isinstance(source, Checkpoint):
+        return source
+    if isinstance(source, (str, bytes, os.PathLike)):
+        path = os.fspath(source)
+        return os.fsdecode(path) if isinstance(path, bytes) else path
+    raise UsageError(f"checkpoint {source!r} ({type(source).__name__}) is not a path",
+                     fix="pass the checkpoint directory (str, bytes or os.PathLike), a cached repo id, or a Checkpoint")
 
 
 def running_vllm() -> str | None:
@@ -56,6 +71,10 @@ def check_checkpoint(source: CheckpointSource, plugin_version: str, vllm_version
                      check_references: bool = False) -> "Checkpoint":
     """Refuse (``IncompatibleError``) a checkpoint this plugin version must not serve; else return it read.
 
+    ``plugin_version``: what ``verify --plugin-version`` takes, or a ``packaging.version.Version``;
+    ``source``: a path (str, bytes, os.PathLike), a cached repo id or a ``Checkpoint``. Any other
+    argument is a ``UsageError`` (message and fix), raised before anything is read.
+
     Order: reading (an unreadable file is refused as such; a head config that is not JSON, as its
     reading finding, never as a missing marker), the pair (``check_pair``: layout and
     marker against the version: the clearest reason comes first), then every error of verify's
@@ -73,10 +92,11 @@ def check_checkpoint(source: CheckpointSource, plugin_version: str, vllm_version
     from clef_format.verify.run import verify_checkpoint
     from clef_format.vllm_rules.names import check_vllm_version
 
+    plugin_version = plugin_version_argument(plugin_version)
     if vllm_version is not None:
         check_vllm_version(vllm_version)
 
-    ck = open_checkpoint(source)
+    ck = open_checkpoint(_source_argument(source))
     if ck.unreadable:
         first = next(f for f in ck.findings if f.code == "unreadable")
         raise IncompatibleError("unreadable", first.message, first.fix or "make the checkpoint readable",

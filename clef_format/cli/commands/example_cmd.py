@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 from clef_format.errors import CouldNotRun, UsageError
 from clef_format.spec.layouts import Layout
@@ -36,9 +35,10 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise CouldNotRun(f"cannot build in {args.path}: {exc.strerror or exc}", code="unwritable",
                           fix="pick a directory you can write") from None
-    print(f"built a {'full-size' if args.full_size else 'tiny'} {args.build} checkpoint in {args.layout} at {args.path}",
-          file=sys.stderr)
-    from clef_format.cli.output import finish
+    from clef_format.cli.output import finish, write
+
+    write(f"built a {'full-size' if args.full_size else 'tiny'} {args.build} checkpoint in {args.layout} at "
+          f"{args.path}\n", "stderr")
     from clef_format.cli.render import render_report
     from clef_format.report import make_report
 

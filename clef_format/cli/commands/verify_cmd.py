@@ -43,16 +43,13 @@ def _vllm_version(value: str) -> str:
 
 
 def check_plugin_version(value: str | None) -> None:
-    """A plugin version that is not a PEP 440 version is a usage error (exit 2), not a finding."""
+    """A plugin version that is not a PEP 440 version is a usage error (exit 2), not a finding: the
+    gate's own argument rule (``spec.compat.plugin_version_argument``), so both take the same."""
     if value is None:
         return
-    from packaging.version import InvalidVersion, Version
+    from clef_format.spec.compat import plugin_version_argument
 
-    try:
-        Version(value)
-    except InvalidVersion:
-        raise UsageError(f"--plugin-version {value!r} is not a version",
-                         fix="pass the installed clef-vllm version, e.g. --plugin-version 0.2.1") from None
+    plugin_version_argument(value, "--plugin-version", "--plugin-version 0.2.1")
 
 
 def run(args: argparse.Namespace) -> int:

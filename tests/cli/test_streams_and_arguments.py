@@ -1,0 +1,289 @@
+"""Where the outcome cannot be printed, and arguments of every type, per the contract (README, "Exit status").
+
+* stdout or stderr unwritable (a full disk: /dev/full; a closed descriptor; EIO: a terminal whose other
+  end is gone) is exit 2 ``unwritable``; in JSON mode the object cannot reach stdout, so stderr gets one
+  line; with both unwritable the exit status alone says it. A reader that left (broken pipe,
+  ``| head -1``) is not an error: silent, and the command's own status.
+* ``--help`` and ``--version`` with ``--json`` print one JSON object.
+* An empty PATH is the same usage error for every command, and nothing is written anywhere.
+* An exit-2 result carries exactly one finding with its code (two unreadable files included).
+* The gate and its hooks take what ``verify --plugin-version`` takes, ``Version`` objects, and
+  str/bytes/os.PathLike paths; anything else is a ``UsageError`` with a message and fix, never a TypeError.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from clef_format.cli.main import COMMANDS
+from clef_format.errors import UsageError
+from clef_format.spec.findings import COULD_NOT_RUN
+
+CLI = [sys.executable, "-m", "clef_format"]
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+SETPRIV = shutil.which("setpriv")
+UNPRIVILEGED = ([SETPRIV, "--bounding-set=-dac_override,-dac_read_search", "--"]
+                if SETPRIV and os.geteuid() == 0 else [])
+
+
+# ---- unwritable streams --------------------------------------------------------------------------------
+
+def _stream(kind: str) -> tuple[int | None, list[int]]:
+    """(the descriptor to give the child, descriptors to close here afterwards); None: closed in the child."""
+    if kind == "full":
+        fd = os.open("/dev/full", os.O_WRONLY)
+        return fd, [fd]
+    if kind == "eio":  # a terminal whose master is closed: every write is EIO
+        master, slave = pty.openpty()
+        os.close(master)
+        return slave, [slave]
+    if kind == "gone-reader":  # a pipe whose reader left before anything was written
+        r, w = os.pipe()
+        os.close(r)
+        return w, [w]
+    return None, []
+
+
+def _run(argv: list[str], stdout: str = "ok", stderr: str = "ok", cwd: Path | None = None
+         ) -> tuple[int, str, str]:
+    """Run the CLI with stdout/stderr each "ok" (captured), "full", "eio", "closed" or "gone-reader"."""
+    fds, close_here = {}, []
+    for name, kind in (("stdout", stdout), ("stderr", stderr)):
+        if kind == "ok":
+            fds[name] = subprocess.PIPE
+        else:
+            fd, extra = _stream(kind)
+            close_here += extra
+            fds[name] = fd if fd is not None else subprocess.DEVNULL
+
+    closed = [n for n, k in ((1, stdout), (2, stderr)) if k == "closed"]
+
+    def close_in_child() -> None:
+        for n in closed:
+            os.close(n)
+
+    try:
+        proc = subprocess.run([*CLI, *argv], stdout=fds["stdout"], stderr=fds["stderr"], env=ENV, cwd=cwd,
+                              preexec_fn=close_in_child, timeout=300)
+    finally:
+        for fd in close_here:
+            os.close(fd)
+    out = proc.stdout.decode() if proc.stdout is not None else ""
+    err = proc.stderr.decode() if proc.stderr is not None else ""
+    return proc.returncode, out, err
+
+
+@pytest.fixture(scope="module")
+def ck(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from clef_format.fixtures.builders import build_checkpoint
+
+    return build_checkpoint(tmp_path_factory.mktemp("streams") / "ck", "layout-1", "bf16", num_layers=2)
+
+
+def _commands(ck: Path) -> list[list[str]]:
+    """A command that prints its outcome on stdout: ok (exit 0), with a warning, and one that could not run."""
+    return [["codes"], ["verify", str(ck)], ["verify", str(ck), "--layers"], ["migrate", str(ck), "--dry-run"],
+            ["verify", str(ck / "nope")]]
+
+
+@pytest.mark.parametrize("kind", ["full", "eio", "closed"])
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_stdout_unwritable_is_exit_2_with_one_line_on_stderr(ck: Path, kind: str, as_json: bool) -> None:
+    for argv in _commands(ck):
+        if not as_json and argv[-1].endswith("nope"):
+            continue  # text mode prints a could-not-run outcome on stderr: stdout is not needed
+        rc, _, err = _run([*argv, *(["--json"] if as_json else [])], stdout=kind)
+        assert rc == 2, (argv, kind, err)
+        lines = err.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("clef-format: unwritable: cannot write to stdout"), (argv, err)
+
+
+@pytest.mark.parametrize("kind", ["full", "eio", "closed"])
+def test_stderr_unwritable_where_it_is_needed_is_exit_2_and_stdout_stays_clean(ck: Path, kind: str) -> None:
+    rc, out, _ = _run(["verify", str(ck / "nope")], stderr=kind)  # text mode: the cause goes to stderr
+    assert (rc, out) == (2, "")
+
+
+def test_stderr_unwritable_for_examples_progress_line_is_exit_2(tmp_path: Path) -> None:
+    rc, out, _ = _run(["example", str(tmp_path / "ex"), "--no-verify", "--json"], stderr="full")
+    assert rc == 2 and out == "", out  # the JSON object is not printed after the line was lost
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+@pytest.mark.parametrize("kind", ["full", "eio", "closed"])
+def test_both_unwritable_is_exit_2_silently(ck: Path, kind: str, as_json: bool) -> None:
+    for argv in _commands(ck):
+        rc, _, _ = _run([*argv, *(["--json"] if as_json else [])], stdout=kind, stderr=kind)
+        assert rc == 2, (argv, kind)
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_a_reader_that_left_is_silent_and_keeps_the_status(ck: Path, as_json: bool) -> None:
+    for argv, status in zip(_commands(ck), (0, 0, 0, 0, 2)):
+        if not as_json and status == 2:
+            continue
+        rc, _, err = _run([*argv, *(["--json"] if as_json else [])], stdout="gone-reader")
+        assert (rc, err) == (status, ""), (argv, err)
+
+
+def test_head_1_stays_quiet(ck: Path) -> None:
+    """As a user types it: the first line, nothing on stderr, head's status."""
+    for argv in (["codes"], ["verify", str(ck), "--json"], ["codes", "--json"]):
+        proc = subprocess.run(" ".join([*CLI, *argv]) + " | head -1", shell=True, capture_output=True, text=True,
+                              env=ENV, timeout=300)
+        assert proc.returncode == 0 and proc.stderr == "" and len(proc.stdout.splitlines()) == 1, proc.stderr
+
+
+# ---- --help and --version with --json ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [["--help"], ["-h"], ["--version"], *([c, "--help"] for c in COMMANDS)],
+                         ids=lambda a: " ".join(a))
+def test_help_and_version_with_json_print_one_json_object(argv: list[str]) -> None:
+    from clef_format import __version__
+
+    for where in ("after", "before"):
+        full = [*argv, "--json"] if where == "after" or argv[0].startswith("-") else [argv[0], "--json", *argv[1:]]
+        rc, out, err = _run(full)
+        assert rc == 0, err
+        payload = json.loads(out)  # exactly one object
+        assert payload["ok"] is True and payload["findings"] == []
+        assert payload["command"] == (argv[0] if argv[0] in COMMANDS else "clef-format")
+        if "--version" in argv:
+            assert payload["version"] == __version__
+        else:
+            assert payload["help"].startswith("usage: clef-format")
+        text_rc, text, _ = _run(argv)
+        assert text_rc == 0 and not text.startswith("{")  # without --json: argparse's own text
+        assert (payload.get("help") or f"clef-format {payload['version']}\n") == text
+
+
+# ---- an empty PATH ------------------------------------------------------------------------------------
+
+PATH_COMMANDS = ["verify", "migrate", "layers", "manifest", "example"]
+
+
+def test_every_command_with_a_path_is_here() -> None:
+    from clef_format.cli.parser import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert sorted(PATH_COMMANDS) == sorted(n for n, p in sub.choices.items() if any(a.dest == "path" for a in p._actions))
+
+
+@pytest.mark.parametrize("command", PATH_COMMANDS)
+def test_an_empty_path_is_the_same_usage_error_for_every_command(command: str, tmp_path: Path) -> None:
+    for argv in ([command, "", "--json"], [command, "--json", ""]):
+        rc, out, _ = _run(argv, cwd=tmp_path)
+        payload = json.loads(out)
+        assert rc == 2 and [f["code"] for f in payload["findings"]] == ["usage-error"], payload
+        assert payload["findings"][0]["fix"] and "PATH is empty" in payload["error"]
+    rc, out, err = _run([command, ""], cwd=tmp_path)
+    assert rc == 2 and out == "" and "PATH is empty" in err and "fix: " in err
+    assert list(tmp_path.iterdir()) == []  # nothing written into the current directory
+
+
+# ---- exit 2: exactly one finding with its code ----------------------------------------------------------
+
+@pytest.mark.skipif(os.geteuid() == 0 and not SETPRIV, reason="root without setpriv reads every file")
+@pytest.mark.parametrize("command", ["verify", "layers", "manifest", "migrate"])
+def test_two_unreadable_files_are_one_finding(ck: Path, tmp_path: Path, command: str) -> None:
+    root = tmp_path / "ck"
+    shutil.copytree(ck, root)
+    (root / "model.safetensors").chmod(0)
+    (root / "config.json").chmod(0)
+    try:
+        for as_json in (True, False):
+            proc = subprocess.run([*UNPRIVILEGED, *CLI, command, str(root), *(["--json"] if as_json else [])],
+                                  capture_output=True, text=True, env=ENV, timeout=300)
+            assert proc.returncode == 2, proc.stderr
+            if as_json:
+                payload = json.loads(proc.stdout)
+                causes = [f for f in payload["findings"] if f["code"] in COULD_NOT_RUN]
+                assert len(causes) == 1 and causes[0]["code"] == "unreadable", payload["findings"]
+                assert "model.safetensors" in causes[0]["message"] and causes[0]["fix"], causes
+                assert payload["error"] == causes[0]["message"]
+    finally:
+        (root / "model.safetensors").chmod(0o644)
+        (root / "config.json").chmod(0o644)
+
+
+# ---- the gate's arguments: what verify --plugin-version takes, Version objects, path types ---------------
+
+VERSIONS = ["0.1.5", "0.2.0", "v0.2.0", " 0.2.0 ", "0.2.0rc1", "0.2.0.post1", "0.2", "1!0.2.0", "0.2.0+local",
+            "banana", "", "0.2.x", "0.2.0 0.3.0"]
+
+
+def _gate(source: object, version: object) -> str:
+    from clef_format.compat import IncompatibleError, check_checkpoint
+
+    try:
+        check_checkpoint(source, version)  # type: ignore[arg-type]
+        return "served"
+    except IncompatibleError as exc:
+        return exc.code
+    except UsageError:
+        return "usage-error"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_gate_takes_what_verify_plugin_version_takes(built, version: str) -> None:
+    root = built("layout-2", "bf16", num_layers=4)
+    proc = subprocess.run([*CLI, "verify", str(root), "--plugin-version", version, "--json"], capture_output=True,
+                          text=True, env=ENV, timeout=300)
+    payload = json.loads(proc.stdout)
+    gate = _gate(root, version)
+    if proc.returncode == 2:
+        assert payload["findings"][0]["code"] == "usage-error" and gate == "usage-error", (version, gate)
+    else:
+        errors = {f["code"] for f in payload["findings"] if f["severity"] == "error"}
+        assert gate != "usage-error" and (gate == "served") == (not errors), (version, gate, errors)
+        assert _gate(root, Version(version)) == gate  # the same version as a packaging Version
+
+
+class _BytesPath:
+    def __init__(self, path: Path) -> None:
+        self._path = os.fsencode(path)
+
+    def __fspath__(self) -> bytes:
+        return self._path
+
+
+@pytest.mark.parametrize("hook", ["check_checkpoint", "head_config", "backbone_weights"])
+def test_every_hook_takes_path_types_and_version_objects(built, hook: str) -> None:
+    from clef_format.vllm.gate import check_checkpoint
+    from clef_format.vllm.head import head_config
+
+    fn = {"check_checkpoint": check_checkpoint, "head_config": head_config}.get(hook)
+    if fn is None:
+        pytest.importorskip("torch")
+        from clef_format.vllm.weights import backbone_weights as fn
+    root = built("layout-2", "bf16", num_layers=4)
+    for source in (str(root), root, os.fsencode(root), _BytesPath(root)):
+        for version in ("0.2.1", Version("0.2.1")):
+            fn(source, version)
+    with pytest.raises(Exception) as refused:
+        fn(os.fsencode(root), Version("0.1.5"))  # a refusal of the pair, not of the arguments' types
+    assert type(refused.value).__name__ == "IncompatibleError"
+
+
+@pytest.mark.parametrize("source,version", [(3, "0.2.1"), (None, "0.2.1"), (["ck"], "0.2.1"), ("CK", 5),
+                                            ("CK", None), ("CK", b"0.2.1"), ("CK", "banana"), ("CK", 0.2)])
+@pytest.mark.parametrize("hook", ["check_checkpoint", "head_config"])
+def test_any_other_argument_is_a_usage_error_with_a_fix(built, source: object, version: object, hook: str) -> None:
+    from clef_format.vllm.gate import check_checkpoint
+    from clef_format.vllm.head import head_config
+
+    fn = {"check_checkpoint": check_checkpoint, "head_config": head_config}[hook]
+    root = built("layout-2", "bf16", num_layers=4)
+    with pytest.raises(UsageError) as exc:
+        fn(str(root) if source == "CK" else source, version)  # type: ignore[arg-type]
+    assert exc.value.code == "usage-error" and str(exc.value) and exc.value.fix
