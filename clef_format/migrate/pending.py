@@ -13,15 +13,14 @@ import os
 from typing import Any
 
 from clef_format.errors import PathNotFound, Refused
-from clef_format.migrate.apply import (
+from clef_format.migrate.recovery import pending_recovery, recover
+from clef_format.migrate.workspace import (
     Lock,
     Target,
     foreign_entries,
     foreign_lock,
     make_target,
-    pending_recovery,
     read_journal,
-    recover,
     workspace_owner,
 )
 from clef_format.read.checkpoint import read_checkpoint

@@ -13,22 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from clef_format.errors import CouldNotRun, NonFiniteRows, PathNotFound, Refused, UsageError
-from clef_format.migrate.apply import (
-    ANY_STEP,
-    CleanupIncomplete,
-    Lock,
-    SwapFailed,
-    Target,
-    carried_by_link,
-    check_crash_env,
-    make_target,
-    preflight,
-    read_journal,
-    recover,
-    run_plan,
-    survey_source,
-    workspace_owner,
-)
+from clef_format.migrate.apply import run_plan
+from clef_format.migrate.crash import check_crash_env
+from clef_format.migrate.preflight import carried_by_link, preflight, survey_source
+from clef_format.migrate.recovery import ANY_STEP, recover
+from clef_format.migrate.swap import CleanupIncomplete, SwapFailed
+from clef_format.migrate.workspace import Lock, Target, make_target, read_journal, workspace_owner
 from clef_format.migrate.plan import Plan
 from clef_format.progress import Progress
 from clef_format.read.checkpoint import Checkpoint, read_checkpoint
@@ -152,7 +142,7 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
             report.extra["message"] = (f"an interrupted migrate into {display} waits ({pending.what(target, journal)}): "
                                        f"{pending.resume_fix(target, journal, display)}")
         elif journal:
-            from clef_format.migrate.apply import pending_recovery
+            from clef_format.migrate.recovery import pending_recovery
 
             will = pending_recovery(target, ck) or "resumes its staging"
             back = pending_recovery(target, ck, abort=True)
@@ -351,7 +341,7 @@ def _refuse_unproven_replacements(ck: Checkpoint, plan: Plan, display: str, edge
 
 
 def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft) -> ReportDraft:
-    from clef_format.migrate.apply import pending_recovery
+    from clef_format.migrate.recovery import pending_recovery
 
     _refuse_another_source(target, report.path)
     will = pending_recovery(target, ck, abort=opts.abort, wanted=_first_step(target, opts.to))

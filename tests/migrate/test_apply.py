@@ -14,25 +14,13 @@ import pytest
 
 from clef_format import migrations
 from clef_format.errors import Refused
-from clef_format.migrate import apply
-from clef_format.migrate.apply import (
-    CRASH_ENV,
-    Lock,
-    SwapFailed,
-    Target,
-    _decide,
-    _rmtree,
-    _swap,
-    _verify_staged,
-    fingerprint,
-    make_target,
-    pending_recovery,
-    preflight,
-    read_journal,
-    recover,
-    survey_source,
-    write_journal,
-)
+from clef_format.migrate import crash, recovery, workspace
+from clef_format.migrate.apply import _verify_staged
+from clef_format.migrate.crash import CRASH_ENV
+from clef_format.migrate.preflight import preflight, survey_source
+from clef_format.migrate.recovery import _decide, pending_recovery, recover
+from clef_format.migrate.swap import SwapFailed, _swap
+from clef_format.migrate.workspace import Lock, Target, _rmtree, fingerprint, make_target, read_journal, write_journal
 from clef_format.read.checkpoint import read_checkpoint
 from clef_format.spec import layouts as L
 from tests.migrate.helpers import file_digests, run_json, siblings, verified
@@ -51,7 +39,7 @@ def _raise(signum: int, frame: object) -> None:
 @pytest.fixture
 def crash_at(monkeypatch: pytest.MonkeyPatch):
     """``crash_at(spec, handler)``: arm CLEF_FORMAT_CRASH_AT with a fresh count and a SIGINT handler."""
-    monkeypatch.setattr(apply, "_crash_counts", {})
+    monkeypatch.setattr(crash, "_crash_counts", {})
     old = signal.getsignal(signal.SIGINT)
 
     def arm(spec: str, handler=_raise) -> None:
@@ -64,7 +52,7 @@ def crash_at(monkeypatch: pytest.MonkeyPatch):
 
 
 def journal_for(target: Target, phase: str, fp: dict, **extra: object) -> dict:
-    journal = {"version": apply.JOURNAL_VERSION, "revision": REVISION, "direction": "upgrade", "from": "layout-1",
+    journal = {"version": workspace.JOURNAL_VERSION, "revision": REVISION, "direction": "upgrade", "from": "layout-1",
                "to": "layout-2", "source": target.source, "target": target.path, "in_place": target.in_place,
                "phase": phase, "fingerprint": fp, "done": {}, "quality": {}, **extra}
     os.makedirs(target.ws, exist_ok=True)
@@ -81,10 +69,10 @@ def ino(path: str) -> list[int]:
 
 def test_crash_hook_signals_this_process_at_the_nth_point_of_its_phase(crash_at) -> None:
     crash_at("lock:2:INT")
-    apply.crashpoint("journal")  # another phase: not counted
-    apply.crashpoint("lock")  # the first lock point passes
+    crash.crashpoint("journal")  # another phase: not counted
+    crash.crashpoint("lock")  # the first lock point passes
     with pytest.raises(Interrupted):
-        apply.crashpoint("lock")
+        crash.crashpoint("lock")
 
 
 # ---- the journal and the decision about an interrupted run ----------------------------------------
@@ -131,7 +119,7 @@ def test_a_source_file_replaced_with_its_size_and_mtime_kept_is_a_changed_source
                                             "the checkpoint changed since")
 
 
-@pytest.mark.parametrize("wanted,action", [(apply.ANY_STEP, "resume"), ((REVISION, "upgrade"), "resume"),
+@pytest.mark.parametrize("wanted,action", [(recovery.ANY_STEP, "resume"), ((REVISION, "upgrade"), "resume"),
                                            ((REVISION, "downgrade"), "remove"), (None, "remove")])
 def test_a_staging_is_resumed_only_by_a_run_of_the_same_step(fresh, wanted, action: str) -> None:
     """A run to another layout, or one with nothing to do, said "resuming" and left the staging pending."""

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from clef_format.migrate import apply
-from clef_format.migrate.apply import CRASH_ENV, Lock, Target, make_target, write_journal
+from clef_format.migrate import crash, recovery, workspace
+from clef_format.migrate.crash import CRASH_ENV
+from clef_format.migrate.workspace import Lock, Target, make_target, write_journal
 from tests.migrate.helpers import file_digests, run_json, siblings
 
 REVISION = "0001_int8_tables"
@@ -25,7 +26,7 @@ REVISION = "0001_int8_tables"
 
 def _journal(target: Target, phase: str, **extra: object) -> dict:
     """The journal of a run into ``target`` at ``phase``, in its workspace (as apply writes it)."""
-    journal = {"version": apply.JOURNAL_VERSION, "revision": REVISION, "direction": "upgrade", "from": "layout-1",
+    journal = {"version": workspace.JOURNAL_VERSION, "revision": REVISION, "direction": "upgrade", "from": "layout-1",
                "to": "layout-2", "source": target.source, "target": target.path, "in_place": target.in_place,
                "phase": phase, "fingerprint": {}, "done": {}, "quality": {}, **extra}
     os.makedirs(target.ws, exist_ok=True)
@@ -110,7 +111,7 @@ def test_a_run_interrupted_by_the_crash_hook_is_found_by_its_output_path(fresh, 
     out = tmp_path / "out"
     target = make_target(str(src), str(out))
     saved = tmp_path / "saved-ws"
-    monkeypatch.setattr(apply, "_crash_counts", {})
+    monkeypatch.setattr(crash, "_crash_counts", {})
     monkeypatch.setenv(CRASH_ENV, "stage:1:INT")
     old = signal.signal(signal.SIGINT, lambda s, f: shutil.copytree(target.ws, saved, symlinks=True))
     try:
