@@ -37,7 +37,7 @@ from clef_format.migrate.crash import crashpoint
 from clef_format.migrate.plan import Plan, Safetensors
 from clef_format.migrate.preflight import survey_source
 from clef_format.migrate.swap import _cleanup_or_say, _swap
-from clef_format.migrate.workspace import JOURNAL_VERSION, Target, _rmtree, fingerprint, read_journal, write_journal
+from clef_format.migrate.workspace import Journal, Phase, Target, _rmtree, fingerprint, read_journal, write_journal
 from clef_format.migrate.writer import wait_all, write_output
 from clef_format.progress import NO_PROGRESS, Progress
 from clef_format.read.checkpoint import Checkpoint, read_checkpoint
@@ -124,12 +124,12 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
     entries = survey_source(ck.root, target.in_place)  # proves every entry can be carried, before any write
     fp = fingerprint(ck)
     journal = read_journal(target)
-    if not (journal and journal.get("phase") == "staging" and journal.get("fingerprint") == fp
-            and journal.get("revision") == plan.revision and journal.get("direction") == plan.direction):
+    if not (journal and journal.phase is Phase.STAGING and journal.fingerprint == fp
+            and journal.step == (plan.revision, plan.direction)):
         _rmtree(target.ws)
-        journal = {"version": JOURNAL_VERSION, "revision": plan.revision, "direction": plan.direction,
-                   "from": plan.from_layout, "to": plan.to_layout, "source": target.source, "target": target.path,
-                   "in_place": target.in_place, "phase": "staging", "fingerprint": fp, "done": {}, "quality": {}}
+        journal = Journal(revision=plan.revision, direction=plan.direction, from_layout=plan.from_layout,
+                          to_layout=plan.to_layout, source=target.source, target=target.path, in_place=target.in_place,
+                          phase=Phase.STAGING, fingerprint=fp)
     os.makedirs(target.new, exist_ok=True)
     try:
         write_journal(target, journal)
@@ -144,7 +144,7 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
 
         def produce(out: Any) -> None:
             dst = os.path.join(target.new, *out.rel.split("/"))
-            if journal["done"].get(out.rel) == out.size and os.path.isfile(dst) and os.path.getsize(dst) == out.size:
+            if journal.done.get(out.rel) == out.size and os.path.isfile(dst) and os.path.getsize(dst) == out.size:
                 return  # finished by the interrupted run
             tick_progress = progress.add(out.rel, out.size)
 
@@ -162,8 +162,8 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
                 raise
             result.seconds[out.rel] = round(time.perf_counter() - started, 3)
             with jlock:
-                journal["done"][out.rel] = out.size
-                journal["quality"].update(quality)
+                journal.done[out.rel] = out.size
+                journal.quality.update(quality)
                 write_journal(target, journal)
 
         big = [o for o in plan.outputs if isinstance(o, Safetensors)]
@@ -175,14 +175,14 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
         result.entries = _check_carried(entries, plan, target)
         refresh_references(plan, ck, target.new, out_of_place=not target.in_place)
         fsutil.finish_tree(ck.root, target.new)
-        result.quality = dict(journal["quality"])
+        result.quality = dict(journal.quality)
         t1 = time.perf_counter()
         result.seconds["stage"] = round(t1 - t0, 3)
         _verify_staged(plan, target, target.path)  # raises unless the staged tree verifies clean
         result.seconds["verify"] = round(time.perf_counter() - t1, 3)
         st = os.stat(target.new)
-        journal["new_ino"] = [st.st_dev, st.st_ino]
-        journal["phase"] = "staged"
+        journal.new_ino = [st.st_dev, st.st_ino]
+        journal.phase = Phase.STAGED
         write_journal(target, journal)
     except BaseException as exc:
         _roll_back(target, exc)  # nothing outside the workspace was touched

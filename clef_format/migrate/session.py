@@ -132,13 +132,13 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
     if opts.current:
         journal = read_journal(target)
         report.extra["revision"] = migrations.revision_of(str(ck.layout))
-        report.extra["pending"] = f"{journal['revision']} {journal['direction']} ({journal['phase']})" if journal else None
+        report.extra["pending"] = journal.pending() if journal else None
         from clef_format.migrate import pending
 
         from clef_format.verify.checks.layout import check_layout
 
         report.findings.extend(check_layout(ck))  # what the layout means for serving, as verify says it
-        if journal and journal.get("in_place") is False:  # PATH is the output of an interrupted --output run
+        if journal and journal.in_place is False:  # PATH is the output of an interrupted --output run
             report.extra["message"] = (f"an interrupted migrate into {display} waits ({pending.what(target, journal)}): "
                                        f"{pending.resume_fix(target, journal, display)}")
         elif journal:
@@ -147,7 +147,7 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
             will = pending_recovery(target, ck) or "resumes its staging"
             back = pending_recovery(target, ck, abort=True)
             report.extra["message"] = (f"an interrupted migrate waits ({pending.what(target, journal)}): clef-format "
-                                       f"migrate {display} --to {journal.get('to')}: {will}; clef-format migrate "
+                                       f"migrate {display} --to {journal.to_layout}: {will}; clef-format migrate "
                                        f"{display} --abort: {back}")
         if journal is None and (os.path.lexists(target.ws) or os.path.lexists(target.lock_path)):
             report.extra["message"] = pending.litter_message(target, display)
@@ -224,7 +224,7 @@ def _first_step(target: Target, to: str) -> tuple[str, str] | None:
     from clef_format import migrations
 
     journal = read_journal(target)
-    start = journal.get("from") if journal else None
+    start = journal.from_layout if journal else None
     route = migrations.path(start, to) if isinstance(start, str) else None
     if route is None:
         return ANY_STEP
@@ -235,11 +235,11 @@ def _refuse_another_source(target: Target, display: str) -> None:
     """An interrupted --output run from another source waits at the target: never finish or resume it
     in this run's name (its result is that source's)."""
     journal = read_journal(target)
-    if target.in_place or not journal or journal.get("source") in (None, target.source):
+    if target.in_place or not journal or journal.source in (None, target.source):
         return
-    raise Refused("migrate-refused", f"an interrupted migrate from {journal.get('source')} into --output {target.path} "
+    raise Refused("migrate-refused", f"an interrupted migrate from {journal.source} into --output {target.path} "
                                      f"waits there, not one from {display}; nothing was changed",
-                  f"clef-format migrate {journal.get('source')} --to {journal.get('to')} --output {target.path} "
+                  f"clef-format migrate {journal.source} --to {journal.to_layout} --output {target.path} "
                   f"finishes it, or clef-format migrate {target.path} --abort rolls it back; then run this again")
 
 
@@ -372,7 +372,7 @@ def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft)
                                                    "notes": ["planned after the previous step has run"]}})
     pending = read_journal(target)
     if pending:
-        report.extra["pending"] = f"{pending['revision']} {pending['direction']} ({pending['phase']})"
+        report.extra["pending"] = pending.pending()
     return report
 
 

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import Any
 
 from clef_format.migrate import fsutil
 from clef_format.migrate.crash import crashpoint
-from clef_format.migrate.workspace import Target, _rmtree, write_journal
+from clef_format.migrate.workspace import Journal, Phase, Target, _rmtree, write_journal
 
 
 def _discard(target: Target, path: str) -> None:
@@ -47,12 +46,12 @@ def _cleanup(target: Target) -> None:
         pass
 
 
-def _swapped(target: Target, journal: dict[str, Any]) -> bool:
+def _swapped(target: Target, journal: Journal) -> bool:
     try:
         st = os.stat(target.path)
     except FileNotFoundError:
         return False
-    return [st.st_dev, st.st_ino] == journal.get("new_ino")
+    return [st.st_dev, st.st_ino] == journal.new_ino
 
 
 class SwapFailed(OSError):
@@ -89,7 +88,7 @@ def _exchange(target: Target) -> None:
     os.rename(target.new, target.path)
 
 
-def _swap(target: Target, journal: dict[str, Any]) -> None:
+def _swap(target: Target, journal: Journal) -> None:
     """Swap the staged tree in. A failure before the new tree is in place is undone (``SwapFailed``);
     one after it (fsync, journal) leaves a finished migration whose cleanup the next call completes."""
     crashpoint("swap")
@@ -116,7 +115,7 @@ def _swap(target: Target, journal: dict[str, Any]) -> None:
         fsutil.fsync_dir(target.parent)
         fsutil.fsync_dir(target.ws)  # an exchange renamed in both directories: both durable before the journal
         crashpoint("swap")
-        journal["phase"] = "swapped"
+        journal.phase = Phase.SWAPPED
         write_journal(target, journal)
     except OSError as exc:
         raise CleanupIncomplete(exc.errno, f"the new tree is in place at {target.path}, but recording it failed "

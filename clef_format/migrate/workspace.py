@@ -13,7 +13,8 @@ import json
 import os
 import shutil
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from clef_format.errors import Refused
@@ -216,21 +217,94 @@ class Lock:
 
 # ---- journal -------------------------------------------------------------------------------
 
-def read_journal(target: Target) -> dict[str, Any] | None:
+class Phase(str, Enum):
+    """Where a run stood when it last wrote its journal (the ``phase`` key, its string on disk)."""
+
+    STAGING = "staging"  # building ws/new; resumable
+    STAGED = "staged"  # ws/new complete and verified; the swap may be under way (``new_ino`` tells)
+    SWAPPED = "swapped"  # the new tree is at the target; only the cleanup is left
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+@dataclass
+class Journal:
+    """The on-disk contract of crash safety: ``ws/journal.json``, one JSON object whose keys and
+    their order are fixed (``to_json``). A field the file lacks, or holds with the wrong type, reads
+    as None (or empty): such a journal decides like an unknown one, it never raises."""
+
+    revision: str | None
+    direction: str | None
+    from_layout: str | None  # "from"
+    to_layout: str | None  # "to"
+    source: str | None
+    target: str | None
+    in_place: bool | None
+    phase: Phase | None  # None: a value no run writes
+    fingerprint: dict[str, list[int]] | None
+    done: dict[str, int] = field(default_factory=dict)  # output rel -> size, each file finished
+    quality: dict[str, dict[str, float]] = field(default_factory=dict)
+    new_ino: list[int] | None = None  # [st_dev, st_ino] of ws/new, written with phase staged
+    version: int = JOURNAL_VERSION
+
+    @property
+    def step(self) -> tuple[str | None, str | None]:
+        """(revision, direction): the step the run was staging."""
+        return self.revision, self.direction
+
+    @property
+    def phase_name(self) -> str:
+        return "unknown" if self.phase is None else self.phase.value
+
+    def pending(self) -> str:
+        """``REVISION DIRECTION (PHASE)``: what ``--current`` says waits."""
+        return f"{self.revision} {self.direction} ({self.phase_name})"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"version": self.version, "revision": self.revision, "direction": self.direction,
+                               "from": self.from_layout, "to": self.to_layout, "source": self.source,
+                               "target": self.target, "in_place": self.in_place,
+                               "phase": None if self.phase is None else self.phase.value,
+                               "fingerprint": self.fingerprint, "done": self.done, "quality": self.quality}
+        if self.new_ino is not None:
+            out["new_ino"] = self.new_ino
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Journal":
+        phase = data.get("phase")
+        in_place = data.get("in_place")
+        new_ino = data.get("new_ino")
+        fp, done, quality = data.get("fingerprint"), data.get("done"), data.get("quality")
+        return cls(revision=_text(data.get("revision")), direction=_text(data.get("direction")),
+                   from_layout=_text(data.get("from")), to_layout=_text(data.get("to")),
+                   source=_text(data.get("source")), target=_text(data.get("target")),
+                   in_place=in_place if isinstance(in_place, bool) else None,
+                   phase=Phase(phase) if phase in {p.value for p in Phase} else None,
+                   fingerprint=fp if isinstance(fp, dict) else None,
+                   done=done if isinstance(done, dict) else {}, quality=quality if isinstance(quality, dict) else {},
+                   new_ino=new_ino if isinstance(new_ino, list) else None,
+                   version=data.get("version", JOURNAL_VERSION))
+
+
+def read_journal(target: Target) -> Journal | None:
+    """The journal of the run at ``target``; None when there is none, or it is not one this version wrote."""
     try:
         with open(target.journal_path, "rb") as fh:
             data = json.load(fh)
-        return data if isinstance(data, dict) and data.get("version") == JOURNAL_VERSION else None
     except (OSError, ValueError):
         return None
+    return Journal.from_json(data) if isinstance(data, dict) and data.get("version") == JOURNAL_VERSION else None
 
 
-def write_journal(target: Target, journal: dict[str, Any]) -> None:
+def write_journal(target: Target, journal: Journal) -> None:
     """Atomic: temp file, fsync, rename, fsync the workspace."""
     crashpoint("journal")
     tmp = target.journal_path + ".tmp"
     with open(tmp, "w") as fh:
-        json.dump(journal, fh, indent=1)
+        json.dump(journal.to_json(), fh, indent=1)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, target.journal_path)

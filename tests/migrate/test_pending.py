@@ -30,7 +30,7 @@ def _journal(target: Target, phase: str, **extra: object) -> dict:
                "to": "layout-2", "source": target.source, "target": target.path, "in_place": target.in_place,
                "phase": phase, "fingerprint": {}, "done": {}, "quality": {}, **extra}
     os.makedirs(target.ws, exist_ok=True)
-    write_journal(target, journal)
+    write_journal(target, workspace.Journal.from_json(journal))
     return journal
 
 
@@ -247,6 +247,6 @@ def test_the_journal_of_a_run_found_beside_its_output_is_read(tmp_path: Path) ->
     target = make_target(str(src), str(tmp_path / "out"))
     journal = _journal(target, "staging")
     found = interrupted_at(str(tmp_path / "out"))
-    assert found is not None and json.loads(json.dumps(found[1])) == journal
+    assert found is not None and found[1].to_json() == journal
     assert (found[0].path, found[0].source) == (str(tmp_path / "out"), str(src))
     assert interrupted_at(str(tmp_path / "nothing-here")) is None
