@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import stat
 
-from clef_format.errors import Refused
+from clef_format.errors import MigrateRefused
 from clef_format.migrate.plan import Plan
 from clef_format.migrate.workspace import Target, foreign_lock
 
@@ -17,7 +17,7 @@ _SPECIAL = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
 def survey_source(root: str, in_place: bool) -> list[str]:
     """Every entry of the source (rel paths, sorted), each proven carriable: folders listed, files
     readable, no special file. In place the old tree is deleted after the swap, so every folder must
-    also be one this process may empty. Raises ``CouldNotRun`` (unreadable) or ``Refused``."""
+    also be one this process may empty. Raises ``CouldNotRun`` (unreadable) or ``MigrateRefused``."""
     from clef_format.errors import CouldNotRun
 
     entries: list[str] = []
@@ -37,9 +37,9 @@ def survey_source(root: str, in_place: bool) -> list[str]:
             except OSError:
                 owner = -1
             if owner != me:
-                raise Refused("migrate-refused", f"{rel_dir} is not writable by this user (owner uid {owner}): after "
-                                                 "the swap the old copy of it could not be removed; nothing was written",
-                              "make it writable (chown / chmod), or use --output DIR") from None
+                raise MigrateRefused(f"{rel_dir} is not writable by this user (owner uid {owner}): after "
+                                     "the swap the old copy of it could not be removed; nothing was written",
+                  "make it writable (chown / chmod), or use --output DIR") from None
         for item in items:
             rel = f"{rel_dir}/{item.name}" if rel_dir else item.name
             if not in_place and not rel_dir and item.name == ".cache":
@@ -59,9 +59,9 @@ def survey_source(root: str, in_place: bool) -> list[str]:
                                       fix=fix) from None
             elif not stat.S_ISLNK(st.st_mode):
                 kind = next((name for test, name in _SPECIAL if test(st.st_mode)), "a special file")
-                raise Refused("migrate-refused", f"{rel} is {kind}: migrate carries only regular files, folders and "
-                                                 "symlinks, and never reads or drops anything else; nothing was written",
-                              f"move {rel} out of the checkpoint, then run migrate again")
+                raise MigrateRefused(f"{rel} is {kind}: migrate carries only regular files, folders and "
+                                     "symlinks, and never reads or drops anything else; nothing was written",
+                  f"move {rel} out of the checkpoint, then run migrate again")
 
     walk(root, "")
     return entries
@@ -83,13 +83,13 @@ def _lock_held(target: Target) -> bool:
         os.close(fd)
 
 
-def preflight(target: Target, plan: Plan | None, snapshot: bool, check_lock: bool) -> list[Refused]:
+def preflight(target: Target, plan: Plan | None, snapshot: bool, check_lock: bool) -> list[MigrateRefused]:
     """Why the write would fail, found before it starts: read-only places, a target that cannot be
     swapped by rename (a mount point, another filesystem), a lock held, not enough space."""
-    out: list[Refused] = []
+    out: list[MigrateRefused] = []
     parent = target.parent
     if not os.path.isdir(parent):
-        return [Refused("migrate-refused", f"{parent} does not exist", "create the parent folder of --output first")]
+        return [MigrateRefused(f"{parent} does not exist", "create the parent folder of --output first")]
     exists = os.path.lexists(target.path)
     use_output = "use --output DIR (a new folder) on a writable disk"
     try:
@@ -97,39 +97,39 @@ def preflight(target: Target, plan: Plan | None, snapshot: bool, check_lock: boo
     except OSError:
         ro = False
     if ro:
-        out.append(Refused("migrate-refused", f"{parent} is on a read-only filesystem; nothing was written", use_output))
+        out.append(MigrateRefused(f"{parent} is on a read-only filesystem; nothing was written", use_output))
     elif not os.access(parent, os.W_OK | os.X_OK):
-        out.append(Refused("migrate-refused", f"{parent} is read-only for this user: the workspace and lock beside "
-                                              f"{os.path.basename(target.path)} cannot be created; nothing was written",
-                           use_output if target.in_place else "pick a writable --output"))
+        out.append(MigrateRefused(f"{parent} is read-only for this user: the workspace and lock beside "
+                                  f"{os.path.basename(target.path)} cannot be created; nothing was written",
+               use_output if target.in_place else "pick a writable --output"))
     if exists:
         if os.path.ismount(target.path):
-            out.append(Refused("migrate-refused", f"{target.path} is a mount point: the new tree cannot replace it by "
-                                                  "rename; nothing was written",
-                               "use --output DIR (a new folder inside it or elsewhere)" if target.in_place
-                               else "pick an --output that is a new folder"))
+            out.append(MigrateRefused(f"{target.path} is a mount point: the new tree cannot replace it by "
+                                      "rename; nothing was written",
+                   "use --output DIR (a new folder inside it or elsewhere)" if target.in_place
+                   else "pick an --output that is a new folder"))
         else:
             try:
                 cross = os.stat(target.path).st_dev != os.stat(parent).st_dev
             except OSError:
                 cross = False
             if cross:
-                out.append(Refused("migrate-refused", f"{target.path} is on another filesystem than {parent}: it cannot "
-                                                      "be swapped by rename; nothing was written", use_output))
+                out.append(MigrateRefused(f"{target.path} is on another filesystem than {parent}: it cannot "
+                                          "be swapped by rename; nothing was written", use_output))
         if not os.access(target.path, os.W_OK | os.X_OK):
-            out.append(Refused("migrate-refused", f"{target.path} is read-only for this user; nothing was written",
-                               use_output if target.in_place else "pick a writable --output"))
+            out.append(MigrateRefused(f"{target.path} is read-only for this user; nothing was written",
+                   use_output if target.in_place else "pick a writable --output"))
     foreign = foreign_lock(target.lock_path) if check_lock else None
     if foreign:
-        out.append(Refused("migrate-refused", f"cannot take the lock {target.lock_path}: {foreign}; nothing was written",
-                           f"move {target.lock_path} away (it may be your data), then run clef-format migrate again"))
+        out.append(MigrateRefused(f"cannot take the lock {target.lock_path}: {foreign}; nothing was written",
+               f"move {target.lock_path} away (it may be your data), then run clef-format migrate again"))
     elif check_lock and _lock_held(target):
-        out.append(Refused("migrate-refused", f"another clef-format migrate is working on {target.path}",
-                           "wait for it to finish; a killed run's lock is released by the kernel"))
+        out.append(MigrateRefused(f"another clef-format migrate is working on {target.path}",
+               "wait for it to finish; a killed run's lock is released by the kernel"))
     if plan is not None and not out:
         try:
             check_space(plan, target, snapshot)
-        except Refused as exc:
+        except MigrateRefused as exc:
             out.append(exc)
     return out
 
@@ -144,6 +144,5 @@ def check_space(plan: Plan, target: Target, snapshot: bool) -> None:
     free = st.f_bavail * st.f_frsize
     need = plan.space_needed(carried_by_link(target, snapshot))
     if need > free:
-        raise Refused("migrate-refused",
-                      f"not enough free space on {target.parent}: the migration needs {need:,} bytes, {free:,} are free",
-                      "free some space, or use --output DIR on a disk with room")
+        raise MigrateRefused(f"not enough free space on {target.parent}: the migration needs {need:,} bytes, {free:,} "
+                             "are free", "free some space, or use --output DIR on a disk with room")

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from enum import Enum
 
-from clef_format.errors import Refused
+from clef_format.errors import MigrateRefused
 from clef_format.migrate import fsutil
 from clef_format.migrate.swap import _cleanup_or_say, _swap, _swapped
 from clef_format.migrate.workspace import (
@@ -65,10 +65,10 @@ def _decide(target: Target, source_ck: Checkpoint | None, abort: bool, wanted: t
         foreign = foreign_entries(target.ws) if os.path.isdir(target.ws) and not os.path.islink(target.ws) else ["."]
         if foreign:
             shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-            raise Refused("migrate-refused", f"{target.ws} is where migrate keeps its workspace, but it holds what no "
-                                             f"migrate run leaves there ({shown}) and no journal: nothing was changed "
-                                             "or removed", f"move {target.ws} away (it may be your data), then run "
-                                                           "clef-format migrate again")
+            raise MigrateRefused(f"{target.ws} is where migrate keeps its workspace, but it holds what no "
+                                 f"migrate run leaves there ({shown}) and no journal: nothing was changed "
+                                 "or removed", f"move {target.ws} away (it may be your data), then run "
+                                               "clef-format migrate again")
         return Decision(Action.REMOVE, "removed an interrupted run's workspace (it held no journal, so nothing in it "
                                        "was needed)", None)
     phase = journal.phase

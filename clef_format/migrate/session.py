@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from clef_format.errors import CouldNotRun, NonFiniteRows, PathNotFound, Refused, UsageError
+from clef_format.errors import CouldNotRun, MigrateRefused, NonFiniteRows, PathNotFound, Refused, UsageError
 from clef_format.migrate.apply import run_plan
 from clef_format.migrate.crash import check_crash_env
 from clef_format.migrate.preflight import carried_by_link, preflight, survey_source
@@ -26,6 +26,10 @@ from clef_format.read.paths import inside
 from clef_format.report import Report, ReportDraft
 from clef_format.spec.findings import Finding, error, info, warning
 from clef_format.spec.layouts import Layout
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from clef_format.migrations import Edge
 
 
 @dataclass
@@ -45,10 +49,10 @@ def _blocking(ck: Checkpoint, plan: Plan, display: str) -> list[Finding]:
     return [f for f in report.findings if f.severity == "error" and f.code not in plan.fixes]
 
 
-def _deep_refusal(ck: Checkpoint, edge: Any, dry_run: bool) -> Refused | None:
-    if not getattr(edge.step, "DEEP_CHECK", False):
+def _deep_refusal(ck: Checkpoint, edge: Edge, dry_run: bool) -> Refused | None:
+    if not edge.step.deep_check:
         return None
-    if not dry_run and edge.direction in getattr(edge.step, "STREAM_CHECKED", ()):
+    if not dry_run and edge.direction in edge.step.stream_checked:
         return None  # the step's writer refuses the same rows while streaming, before anything is swapped in
     from clef_format.migrate.inspect import table_content_problems
 
@@ -57,8 +61,8 @@ def _deep_refusal(ck: Checkpoint, edge: Any, dry_run: bool) -> Refused | None:
         first = bad[0]
         if first.code == "table-nonfinite":  # a source table: quantizing it would hide the rows
             return Refused("table-nonfinite", f"{first.message}; nothing was changed", first.fix)
-        return Refused("migrate-refused", f"{first.message}: the tables do not follow the format; "
-                                          f"{edge.revision} would serve or decode them", first.fix)
+        return MigrateRefused(f"{first.message}: the tables do not follow the format; "
+                              f"{edge.revision} would serve or decode them", first.fix)
     return None
 
 
@@ -86,13 +90,13 @@ def _refuse_cache(target: Target, ck: Checkpoint, display: str, opts: Options) -
     from clef_format.read.hf_cache import cache_area
 
     if target.in_place and (ck.hf_snapshot or cache_area(target.path)):
-        raise Refused("migrate-refused", f"{display} is a Hugging Face cache snapshot: its files are shared blobs "
-                                         "and are never written", f"clef-format migrate {display} --to {opts.to} --output DIR")
+        raise MigrateRefused(f"{display} is a Hugging Face cache snapshot: its files are shared blobs "
+                             "and are never written", f"clef-format migrate {display} --to {opts.to} --output DIR")
     for place in (target.path, target.parent):
         area = cache_area(place)
         if area:
-            raise Refused("migrate-refused", f"--output {target.path} lies inside a Hugging Face cache ({area}), "
-                                             "which clef-format never writes", "pick an --output outside the cache")
+            raise MigrateRefused(f"--output {target.path} lies inside a Hugging Face cache ({area}), "
+                                 "which clef-format never writes", "pick an --output outside the cache")
 
 
 def migrate_path(path: str, opts: Options, progress: Progress | None = None) -> Report:
@@ -237,10 +241,10 @@ def _refuse_another_source(target: Target, display: str) -> None:
     journal = read_journal(target)
     if target.in_place or not journal or journal.source in (None, target.source):
         return
-    raise Refused("migrate-refused", f"an interrupted migrate from {journal.source} into --output {target.path} "
-                                     f"waits there, not one from {display}; nothing was changed",
-                  f"clef-format migrate {journal.source} --to {journal.to_layout} --output {target.path} "
-                  f"finishes it, or clef-format migrate {target.path} --abort rolls it back; then run this again")
+    raise MigrateRefused(f"an interrupted migrate from {journal.source} into --output {target.path} "
+                         f"waits there, not one from {display}; nothing was changed",
+      f"clef-format migrate {journal.source} --to {journal.to_layout} --output {target.path} "
+      f"finishes it, or clef-format migrate {target.path} --abort rolls it back; then run this again")
 
 
 def _nothing_message(target: Target, opts: Options, display: str) -> str:
@@ -292,8 +296,8 @@ def _route(ck: Checkpoint, to: str) -> list[Any]:
 
     route = migrations.path(str(ck.layout), to)
     if route is None:
-        raise Refused("migrate-refused", f"no migration leads from {ck.layout} to {to}",
-                      f"run clef-format verify {ck.root} and fix (or re-download) what it reports")
+        raise MigrateRefused(f"no migration leads from {ck.layout} to {to}",
+          f"run clef-format verify {ck.root} and fix (or re-download) what it reports")
     return route
 
 
@@ -302,8 +306,8 @@ def _refuse_blocking(ck: Checkpoint, plan: Plan, display: str, edge: Any, dry_ru
     blocking = _blocking(ck, plan, display)
     if blocking:
         summary = "; ".join(f"{f.code} ({f.message})" for f in blocking[:5])
-        raise Refused("migrate-refused", f"verify reports errors that {edge.revision} cannot fix: {summary}",
-                      blocking[0].fix or f"run clef-format verify {display}")
+        raise MigrateRefused(f"verify reports errors that {edge.revision} cannot fix: {summary}",
+          blocking[0].fix or f"run clef-format verify {display}")
     deep = _deep_refusal(ck, edge, dry_run)
     if deep:
         raise deep
@@ -322,10 +326,10 @@ def _refuse_unproven_replacements(ck: Checkpoint, plan: Plan, display: str, edge
     entries, problems = read_manifest(ck)
     broken = [f for f in problems if f.severity == "error"] if entries is None else []
     if broken:  # it could not be checked against, and would be left describing the files replaced
-        raise Refused("migrate-refused", f"{MANIFEST_NAME} cannot be used ({broken[0].message}): the files migrate "
-                                         "replaces cannot be checked against it; nothing was changed",
-                      f"restore {MANIFEST_NAME} from the download, or remove it (clef-format manifest {display} "
-                      "writes a new one), then run clef-format migrate again")
+        raise MigrateRefused(f"{MANIFEST_NAME} cannot be used ({broken[0].message}): the files migrate "
+                             "replaces cannot be checked against it; nothing was changed",
+          f"restore {MANIFEST_NAME} from the download, or remove it (clef-format manifest {display} "
+          "writes a new one), then run clef-format migrate again")
     replaced = {o.rel for o in plan.outputs if o.rel in ck.files} | set(plan.removed)
     checked = replaced | (set(ck.files) if every_file else set())
     bad = [f for f in reference_findings(ck, sorted(checked)) if f.severity == "error"]

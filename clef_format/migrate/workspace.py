@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from clef_format.errors import Refused
+from clef_format.errors import MigrateRefused
 from clef_format.migrate import fsutil
 from clef_format.migrate.crash import crashpoint
 from clef_format.read.checkpoint import Checkpoint
@@ -148,36 +148,35 @@ class Lock:
         path = self.target.lock_path
         area = cache_area(path)
         if area:
-            raise Refused("migrate-refused", f"{path} would lie inside a Hugging Face cache ({area}), which is never "
-                                             "written", "use --output DIR outside the cache")
+            raise MigrateRefused(f"{path} would lie inside a Hugging Face cache ({area}), which is never "
+                                 "written", "use --output DIR outside the cache")
         for _ in range(5):
             foreign = foreign_lock(path)
             if foreign:
-                raise Refused("migrate-refused", f"cannot take the lock {path}: {foreign}; nothing was written",
-                              f"move {path} away (it may be your data), then run clef-format migrate again")
+                raise MigrateRefused(f"cannot take the lock {path}: {foreign}; nothing was written",
+                  f"move {path} away (it may be your data), then run clef-format migrate again")
             try:  # never through a symlink, even one put there since the check above
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.EISDIR):
                     continue  # replaced between the check and the open: the check says what it is now
-                raise Refused("migrate-refused", f"cannot create the lock {path}: {exc.strerror}",
-                              "the directory (or its parent) is read-only: use --output DIR on a writable disk") from None
+                raise MigrateRefused(f"cannot create the lock {path}: {exc.strerror}",
+                  "the directory (or its parent) is read-only: use --output DIR on a writable disk") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:
                 if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                     os.close(fd)
-                    raise Refused("migrate-refused", f"cannot take the lock {path}: {exc.strerror}; nothing was written",
-                                  "run it again; if it persists, the filesystem does not support flock: "
-                                  "use --output DIR on a local disk") from None
+                    raise MigrateRefused(f"cannot take the lock {path}: {exc.strerror}; nothing was written",
+                      "run it again; if it persists, the filesystem does not support flock: "
+                      "use --output DIR on a local disk") from None
                 try:
                     holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
                 except OSError:
                     holder = "?"
                 os.close(fd)
-                raise Refused("migrate-refused",
-                              f"another clef-format migrate (pid {holder}) is working on {self.target.path}",
-                              "wait for it to finish; a killed run's lock is released by the kernel") from None
+                raise MigrateRefused(f"another clef-format migrate (pid {holder}) is working on {self.target.path}",
+                                     "wait for it to finish; a killed run's lock is released by the kernel") from None
             try:
                 try:
                     same = os.fstat(fd).st_ino == os.stat(path).st_ino
@@ -188,14 +187,14 @@ class Lock:
                     os.pwrite(fd, str(os.getpid()).encode(), 0)
             except OSError as exc:
                 self._drop(fd)
-                raise Refused("migrate-refused", f"cannot record the lock {path}: {exc.strerror or exc}; nothing was "
-                                                 "written", "free the cause (disk, permissions) and run it again") from None
+                raise MigrateRefused(f"cannot record the lock {path}: {exc.strerror or exc}; nothing was "
+                                     "written", "free the cause (disk, permissions) and run it again") from None
             if same:
                 self.fd = fd
                 crashpoint("lock")
                 return self
             os.close(fd)  # the previous holder removed the file after we opened it: take the new one
-        raise Refused("migrate-refused", f"could not take the lock {path}")
+        raise MigrateRefused(f"could not take the lock {path}")
 
     def _drop(self, fd: int) -> None:
         """Give up a lock taken but not recorded: remove its file (still held, so no other run has it)."""
