@@ -32,11 +32,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from clef_format.errors import MigrateRefused
 from clef_format.migrate import fsutil
 from clef_format.migrate.crash import crashpoint
 from clef_format.migrate.plan import Plan, Safetensors
 from clef_format.migrate.preflight import survey_source
 from clef_format.migrate.swap import _cleanup_or_say, _swap
+from clef_format.migrate.tree_state import TreeState, changes, snapshot
 from clef_format.migrate.workspace import Journal, Phase, Target, _rmtree, fingerprint, read_journal, write_journal
 from clef_format.migrate.writer import wait_all, write_output
 from clef_format.progress import NO_PROGRESS, Progress
@@ -115,12 +117,32 @@ def _roll_back(target: Target, exc: BaseException) -> None:
                             f"({rm.strerror}): rerun clef-format migrate, or --abort")
 
 
+class SourceChanged(MigrateRefused):
+    """The source changed while its new tree was staged: nothing was swapped, the staged files were
+    removed, the source holds the change. The caller names the command that redoes the step."""
+
+    def __init__(self, root: str, what: list[str]) -> None:
+        shown = "; ".join(what[:5]) + (f"; and {len(what) - 5} more" if len(what) > 5 else "")
+        super().__init__(f"{root} changed while migrate staged it ({shown}): the new tree was built from what "
+                         "it held before, so nothing was swapped in; the checkpoint keeps the change and the staged "
+                         "files were removed")
+        self.changes = what
+
+
+def source_state(ck: Checkpoint, target: Target) -> TreeState:
+    """The state the step is planned from: taken before the checkpoint is read for the plan."""
+    return snapshot(ck.root, frozenset() if target.in_place else frozenset({".cache"}))
+
+
 def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | None = None,
-             workers: int = 2) -> Result:
-    """Stage, verify, swap, clean up. Raises ``OSError`` (rolled back: the original is intact) on failure."""
+             workers: int = 2, before: TreeState | None = None) -> Result:
+    """Stage, verify, swap, clean up. Raises ``OSError`` (rolled back: the original is intact) on failure,
+    ``SourceChanged`` when the source is not, right before the swap, what it was in ``before`` (by
+    default its state when this call began; the caller takes it before it reads the checkpoint)."""
     progress = progress or NO_PROGRESS
     result = Result()
     t0 = time.perf_counter()
+    before = before or source_state(ck, target)
     entries = survey_source(ck.root, target.in_place)  # proves every entry can be carried, before any write
     fp = fingerprint(ck)
     journal = read_journal(target)
@@ -131,6 +153,7 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
                           to_layout=plan.to_layout, source=target.source, target=target.path, in_place=target.in_place,
                           phase=Phase.STAGING, fingerprint=fp)
     os.makedirs(target.new, exist_ok=True)
+    linked: frozenset[str] = frozenset()
     try:
         write_journal(target, journal)
         allowed = [os.path.realpath(ck.root)] + ([os.path.realpath(blobs_dir(ck.root))] if ck.hf_snapshot else [])
@@ -138,6 +161,7 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
         how = fsutil.replicate(ck.root, target.new, skip, target.in_place, allowed, ck.hf_snapshot)
         for way in how.values():
             result.carried_by[way] = result.carried_by.get(way, 0) + 1
+        linked = frozenset(rel for rel, way in how.items() if way == "link")
         crashpoint("stage")
         jlock = threading.Lock()
         stop = threading.Event()
@@ -186,9 +210,27 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
         write_journal(target, journal)
     except BaseException as exc:
         _roll_back(target, exc)  # nothing outside the workspace was touched
+        if isinstance(exc, OSError):  # a file gone or changed under the staging: say that, not an I/O error
+            try:  # every ctime ignored: the files linked before the failure are not known
+                changed = changes(before, source_state(ck, target), frozenset(before.entries))
+            except OSError:
+                raise exc from None  # the source cannot be read again: the first failure says why
+            if changed:
+                raise SourceChanged(ck.root, changed) from exc
         raise
     t2 = time.perf_counter()
-    _swap(target, journal)
+
+    def recheck() -> None:  # under the lock, last thing before the exchange
+        try:
+            now = source_state(ck, target)
+        except OSError as exc:  # an entry gone, or no longer readable: not the tree that was staged
+            where = os.path.relpath(exc.filename, ck.root) if exc.filename else "."
+            raise SourceChanged(ck.root, [f"{where} cannot be read again ({exc.strerror or exc})"]) from None
+        changed = changes(before, now, linked)
+        if changed:
+            raise SourceChanged(ck.root, changed)
+
+    _swap(target, journal, recheck)
     t3 = time.perf_counter()
     _cleanup_or_say(target)
     result.seconds["swap"] = round(t3 - t2, 3)

@@ -2,6 +2,9 @@
 of a phase (``CRASH_PHASES``; ``:INT`` sends SIGINT instead, what Ctrl-C does). The SIGKILL, Ctrl-C and
 errno suites use it to stop a run at every point where the disk state changes; any other value is a
 usage error (``check_crash_env``), never silently ignored.
+
+The same points serve the in-process suite of the world changing under a run (``adversary``): a
+callback runs at each of them and changes the real source or target, as another program would.
 """
 
 from __future__ import annotations
@@ -9,6 +12,8 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 from clef_format.errors import UsageError
 
@@ -19,9 +24,35 @@ _crash_counts: dict[str, int] = {}
 _crash_lock = threading.Lock()
 
 
+_adversary: Callable[[str, int], None] | None = None
+_adversary_counts: dict[str, int] = {}
+
+
+@contextmanager
+def adversary(fn: Callable[[str, int], None]) -> Iterator[None]:
+    """Run ``fn(phase, n)`` at the n-th crash point of each phase while the block runs (in this
+    process, in the thread that reaches the point): the tests' stand-in for another program."""
+    global _adversary
+    with _crash_lock:
+        _adversary_counts.clear()
+        _adversary = fn
+    try:
+        yield
+    finally:
+        with _crash_lock:
+            _adversary = None
+
+
 def crashpoint(phase: str) -> None:
     """Signal this process at the n-th crash point of ``phase`` when CLEF_FORMAT_CRASH_AT says so:
-    ``<phase>:<n>`` sends SIGKILL, ``<phase>:<n>:INT`` SIGINT (what Ctrl-C does)."""
+    ``<phase>:<n>`` sends SIGKILL, ``<phase>:<n>:INT`` SIGINT (what Ctrl-C does). Run the
+    ``adversary`` there first, when one is set."""
+    hook = _adversary
+    if hook is not None:
+        with _crash_lock:
+            _adversary_counts[phase] = _adversary_counts.get(phase, 0) + 1
+            count = _adversary_counts[phase]
+        hook(phase, count)
     spec = os.environ.get(CRASH_ENV)
     if not spec:
         return

@@ -14,12 +14,32 @@ _SPECIAL = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
             (stat.S_ISBLK, "a block device"))
 
 
+def refuse_mounts(root: str, in_place: bool) -> None:
+    """A mount boundary is never crossed: a filesystem or bind mount below the checkpoint holds files
+    of another disk (in place, the old tree's deletion would empty it; out of place, its files would
+    be copied as if they were the checkpoint's), and a checkpoint that is itself a mount point cannot
+    be replaced by rename. Refused before anything is written; the dry run says the same."""
+    from clef_format.migrate.tree_state import is_mount_point, mount_points
+
+    inner = mount_points(root)
+    if inner:
+        more = f" (and {len(inner) - 1} more)" if len(inner) > 1 else ""
+        raise MigrateRefused(f"{inner[0]} is a mount point inside the checkpoint{more}: migrate never crosses a mount "
+                             "(in place, deleting the old tree would empty the mounted folder); nothing was written",
+                             f"unmount {os.path.join(root, inner[0])} (or copy its files into the checkpoint as "
+                             "plain files), then run migrate again")
+    if in_place and is_mount_point(root):
+        raise MigrateRefused(f"{root} is a mount point: the new tree cannot replace it by rename; nothing was written",
+                             "use --output DIR (a new folder inside it or elsewhere)")
+
+
 def survey_source(root: str, in_place: bool) -> list[str]:
     """Every entry of the source (rel paths, sorted), each proven carriable: folders listed, files
     readable, no special file. In place the old tree is deleted after the swap, so every folder must
     also be one this process may empty. Raises ``CouldNotRun`` (unreadable) or ``MigrateRefused``."""
     from clef_format.errors import CouldNotRun
 
+    refuse_mounts(root, in_place)
     entries: list[str] = []
     fix = "make it readable (chmod / chown), or run as a user who can read the whole checkpoint"
     me = os.geteuid()
@@ -103,7 +123,9 @@ def preflight(target: Target, plan: Plan | None, snapshot: bool, check_lock: boo
                                   f"{os.path.basename(target.path)} cannot be created; nothing was written",
                use_output if target.in_place else "pick a writable --output"))
     if exists:
-        if os.path.ismount(target.path):
+        from clef_format.migrate.tree_state import is_mount_point
+
+        if is_mount_point(target.path):
             out.append(MigrateRefused(f"{target.path} is a mount point: the new tree cannot replace it by "
                                       "rename; nothing was written",
                    "use --output DIR (a new folder inside it or elsewhere)" if target.in_place

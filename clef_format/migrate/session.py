@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from clef_format.errors import CouldNotRun, MigrateRefused, NonFiniteRows, PathNotFound, Refused, UsageError
-from clef_format.migrate.apply import run_plan
+from clef_format.migrate.apply import SourceChanged, run_plan
 from clef_format.migrate.crash import check_crash_env
 from clef_format.migrate.preflight import carried_by_link, preflight, survey_source
 from clef_format.migrate.recovery import ANY_STEP, recover
 from clef_format.migrate.swap import CleanupIncomplete, SwapFailed
+from clef_format.migrate.tree_state import TreeState, snapshot
 from clef_format.migrate.workspace import Lock, Target, make_target, read_journal, workspace_owner
 from clef_format.migrate.plan import Plan
 from clef_format.progress import Progress
@@ -196,8 +197,9 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
             if not target.in_place and os.path.isdir(target.path) and os.listdir(target.path):
                 target = Target(target.path, target.path, True)  # a recovered output: go on from there
                 finished_output = True
-            ck = read_checkpoint(target.source)
-            _run_steps(ck, target, opts, report, display, progress)
+            before = snapshot(target.source, frozenset() if target.in_place else frozenset({".cache"}))
+            ck = read_checkpoint(target.source)  # read after its state was taken: a change since is seen
+            _run_steps(ck, target, opts, report, display, progress, before)
             if finished_output and not report.extra["steps"] and note:
                 report.extra["message"] = (f"{note}: --output {target.path} holds the {report.layout} result; "
                                            f"{display} was only read")
@@ -381,7 +383,7 @@ def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft)
 
 
 def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft, display: str,
-               progress: Progress | None) -> None:
+               progress: Progress | None, before: TreeState | None = None) -> None:
     from clef_format.verify.run import verify_checkpoint
 
     route = _route(ck, opts.to)
@@ -399,7 +401,12 @@ def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraf
         by_link = carried_by_link(target, ck.hf_snapshot)
         step: dict[str, Any] = {"plan": plan.to_dict(by_link)}
         try:
-            result = run_plan(plan, ck, target, progress)
+            result = run_plan(plan, ck, target, progress, before=before)
+        except SourceChanged as exc:
+            redo = f"clef-format migrate {display} --to {opts.to}" + (f" --output {opts.output}" if opts.output else "")
+            raise MigrateRefused(f"{exc.message}; {plan.revision} {plan.direction} did not run",
+                                 f"{redo} redoes it on the new content (once nothing else writes the checkpoint)"
+                                 ) from None
         except NonFiniteRows as exc:
             report.findings.append(error("table-nonfinite", f"{exc}: quantizing would hide them; nothing was changed",
                                          fix="re-download the backbone; a healthy table has no NaN/Inf rows"))
@@ -427,6 +434,10 @@ def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraf
         step["entries"] = result.entries
         report.extra["steps"].append(step)
         target = Target(target.path, target.path, True)
+        try:  # the state the next step (if any) is planned from; failing here, that step takes its own
+            before = snapshot(target.path)
+        except OSError:
+            before = None
         ck = read_checkpoint(target.path)
         route = _route(ck, opts.to)
     done = target.path if report.extra["steps"] else target.source  # no step ran: the source is the result

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+from typing import Callable
 
 from clef_format.migrate import fsutil
 from clef_format.migrate.crash import crashpoint
@@ -88,10 +89,21 @@ def _exchange(target: Target) -> None:
     os.rename(target.new, target.path)
 
 
-def _swap(target: Target, journal: Journal) -> None:
+def _swap(target: Target, journal: Journal, recheck: Callable[[], None] | None = None) -> None:
     """Swap the staged tree in. A failure before the new tree is in place is undone (``SwapFailed``);
-    one after it (fsync, journal) leaves a finished migration whose cleanup the next call completes."""
+    one after it (fsync, journal) leaves a finished migration whose cleanup the next call completes.
+    ``recheck`` runs last before the exchange: when it raises, nothing was swapped and the workspace
+    is removed (the target and the source are exactly as they are now)."""
     crashpoint("swap")
+    if recheck is not None:
+        try:
+            recheck()
+        except BaseException:
+            try:
+                _rmtree(target.ws)
+            except OSError:
+                pass  # the journal says staged: the next run decides about it
+            raise
     try:
         _exchange(target)
     except OSError as exc:

@@ -321,11 +321,25 @@ def fingerprint(ck: Checkpoint) -> dict[str, list[int]]:
     return out
 
 
+def _refuse_mounts(path: str) -> None:
+    """Never delete through a mount: a filesystem (or bind mount) mounted at or below ``path`` holds
+    someone else's files, which ``rmtree`` would empty before failing on the mount point itself."""
+    from clef_format.migrate.tree_state import is_mount_point, mount_points
+
+    if os.path.islink(path) or not os.path.isdir(path):
+        return
+    inner = ["."] if is_mount_point(path) else mount_points(path)
+    if inner:
+        raise OSError(errno.EBUSY, f"{os.path.join(path, inner[0]) if inner[0] != '.' else path} is a mount point: "
+                                   "nothing below it is deleted (unmount it, then run again)", path)
+
+
 def _rmtree(path: str) -> None:
     """Delete a tree migrate made (workspace, old tree). A folder without write or search permission
     is opened up first (it is ours to delete); anything that still cannot go raises ``OSError``."""
     if not os.path.lexists(path):
         return
+    _refuse_mounts(path)
     failed: list[BaseException] = []
 
     def onexc(func: Any, p: str, exc: Any) -> None:

@@ -77,6 +77,7 @@ CODES: dict[str, str] = {
     "config-invalid": "a config.json value vLLM or transformers refuses, or that makes them build a model these weights do not fit (a JSON type transformers' strict config classes refuse, architectures, model_type, activations, RoPE, vision heads, special token ids, tied tables)",
     "head-config-invalid": "the joint head config contradicts itself or its tensors (heads must divide width; the feedforward width)",
     "vllm-unproven": "the pattern rules for the --vllm-version asked about are extrapolated from the version table, not proven against that vLLM (info)",
+    "example-refused": "example would not build there: the folder lies inside a Hugging Face cache, or a migrate holds its lock",
 }
 
 #: Codes that mean the command could not run: the CLI exits 2 when a report holds one of them.

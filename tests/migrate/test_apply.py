@@ -360,14 +360,19 @@ def test_a_tree_that_cannot_be_deleted_raises_naming_what_stayed(tmp_path: Path)
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
-def test_deleting_a_tree_with_a_mount_inside_raises_not_empty(tmp_path: Path) -> None:
+def test_deleting_a_tree_with_a_mount_inside_refuses_before_deleting_anything(tmp_path: Path) -> None:
+    """It used to delete what it could (the mounted files first), then fail on the mount point."""
     ws = tmp_path / "ws"
     ws.mkdir()
+    (ws / "mine.txt").write_text("migrate's")
     _mount_tmpfs(ws / "mnt")
+    (ws / "mnt" / "theirs.txt").write_text("another disk's")
     try:
         with pytest.raises(OSError) as err:
             _rmtree(str(ws))
-        assert err.value.strerror == f"cannot delete {ws}" and err.value.filename == str(ws)
+        assert err.value.strerror == f"{ws / 'mnt'} is a mount point: nothing below it is deleted (unmount it, then run again)"
+        assert err.value.filename == str(ws)
+        assert (ws / "mnt" / "theirs.txt").read_text() == "another disk's" and (ws / "mine.txt").is_file()
     finally:
         subprocess.run(["umount", "-l", str(ws / "mnt")], capture_output=True)
 

@@ -184,7 +184,8 @@ def test_abort_that_cannot_remove_the_workspace_says_the_rollback_failed(fresh, 
     assert rc == 1, report
     (finding,) = report["findings"]
     assert finding["code"] == "migrate-failed" and finding["severity"] == "error", finding
-    assert finding["message"] == f"rolling back the interrupted migration failed: cannot delete {target.ws}"
+    assert finding["message"] == (f"rolling back the interrupted migration failed: {mnt} is a mount point: nothing "
+                                  "below it is deleted (unmount it, then run again)")  # nothing deleted through it
     assert finding["fix"] == f"clef-format migrate {out} --abort (after freeing the cause above)"
 
 

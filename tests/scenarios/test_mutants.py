@@ -212,6 +212,13 @@ MUTANTS = [
     Mutant("discard-rename-not-fsynced", "clef_format/migrate/swap.py",
            "    fsutil.fsync_dir(target.ws)  # the rename is durable", "    pass  # the rename is durable",
            ("tests/scenarios/test_durability.py",)),
+    # --- the world changes while migrate stages: proven unchanged before the swap, no deletion through a mount
+    Mutant("source-not-rechecked-before-swap", "clef_format/migrate/apply.py",
+           "    _swap(target, journal, recheck)", "    _swap(target, journal)",
+           ("tests/scenarios/test_world_changes.py::test_a_refusal_names_the_command_that_redoes_the_step",)),
+    Mutant("cleanup-deletes-through-a-mount", "clef_format/migrate/workspace.py",
+           "    _refuse_mounts(path)\n", "",
+           ("tests/scenarios/test_world_changes.py::test_no_cleanup_deletes_through_a_mount",)),
     Mutant("abort-after-swap-deletes-original", "clef_format/migrate/recovery.py",
            "    if swapped and abort and parked:", "    if False:",
            ("tests/scenarios/test_migrate_crash.py::test_sigkill_then_abort_restores_the_original",)),
