@@ -5,7 +5,8 @@
     |   +-- UsageError       bad arguments
     |   +-- PathNotFound     neither a directory nor a repo id in the local Hugging Face cache
     +-- Refused              the operation was refused, nothing changed: exit 1 (``code`` is a finding code)
-    |   +-- StepRefused      a migration step cannot run on this checkpoint
+    |   +-- MigrateRefused   migrate would not start (or go on): ``migrate-refused``
+    |   |   +-- StepRefused  a migration step cannot run on this checkpoint
     |   +-- IncompatibleError  a (checkpoint, plugin version) pair that must not be served
     +-- FormatError          a file or config is not what the format says (readers turn it into findings)
         +-- NonFiniteRows    a table row holds NaN or Inf: quantizing it would hide that
@@ -62,11 +63,16 @@ class Refused(ClefError):
         self.code, self.message, self.fix = code, message, fix
 
 
-class StepRefused(Refused):
-    """A migration step cannot run on this checkpoint; the message says why and what to do instead."""
+class MigrateRefused(Refused):
+    """Migrate would not start (or go on); the checkpoint is unchanged. Always the ``migrate-refused``
+    code: the message says why, the fix what to do."""
 
     def __init__(self, message: str, fix: str | None = None) -> None:
         super().__init__("migrate-refused", message, fix)
+
+
+class StepRefused(MigrateRefused):
+    """A migration step cannot run on this checkpoint; the message says why and what to do instead."""
 
 
 class IncompatibleError(Refused, RuntimeError):

@@ -4,7 +4,9 @@ Each step module defines ``revision``, ``down_revision`` (the step it builds on,
 the first), ``from_layout``, ``to_layout``, ``description``, and ``upgrade(ck) -> Plan`` and
 ``downgrade(ck) -> Plan`` (pure: a plan, never a write). ``downgrade`` of an irreversible step
 raises ``StepRefused``. A *repair* step (``repair = True``) leads from a broken state into the
-chain and has no way back.
+chain and has no way back. Optional: ``DEEP_CHECK = True`` (the tables are checked in full before
+either direction runs), ``STREAM_CHECKED`` (the directions whose writer applies that rule itself).
+Each module is read once, at discovery, into a ``Script`` (as Alembic wraps each revision file).
 
     layout-1 --0001_int8_tables--> layout-2 <--0002_repair_marker-- layout-2-unmarked
 """
@@ -14,8 +16,8 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections import deque
+from dataclasses import dataclass
 from functools import lru_cache
-from types import ModuleType
 from typing import Any, Callable, NamedTuple, Sequence
 
 from clef_format.errors import ClefError
@@ -32,10 +34,45 @@ class RevisionMapError(ClefError):
     """The step modules do not form a valid chain (a bug in clef-format, found before any step runs)."""
 
 
+@dataclass(frozen=True)
+class Script:
+    """One step module, every attribute read once at discovery (the optional ones with their default
+    here, never by ``getattr`` at the place that needs them)."""
+
+    module: Any
+    revision: str
+    down_revision: str | None
+    from_layout: str
+    to_layout: str
+    description: str
+    upgrade: Callable[[Checkpoint], Plan]
+    downgrade: Callable[[Checkpoint], Plan]
+    repair: bool = False
+    deep_check: bool = False
+    stream_checked: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, module: Any) -> "Script":
+        """The step ``module`` as a record, or ``RevisionMapError`` naming what it lacks."""
+        if isinstance(module, Script):
+            return module
+        missing = [a for a in _REQUIRED if not hasattr(module, a)]
+        if missing:
+            raise RevisionMapError(f"step {getattr(module, '__name__', module)!r} lacks {', '.join(missing)}")
+        return cls(module, module.revision, module.down_revision, module.from_layout, module.to_layout,
+                   module.description, module.upgrade, module.downgrade,
+                   repair=bool(getattr(module, "repair", False)), deep_check=bool(getattr(module, "DEEP_CHECK", False)),
+                   stream_checked=frozenset(getattr(module, "STREAM_CHECKED", ())))
+
+    @property
+    def reversible(self) -> bool:
+        return not self.repair
+
+
 class Edge(NamedTuple):
     """One way through a step: ``upgrade`` goes from_layout -> to_layout, ``downgrade`` back."""
 
-    step: ModuleType
+    step: Script
     direction: str
     src: str
     dst: str
@@ -45,28 +82,26 @@ class Edge(NamedTuple):
         return str(self.step.revision)
 
     def plan(self, ck: Checkpoint) -> Plan:
-        fn: Callable[[Checkpoint], Plan] = getattr(self.step, self.direction)
+        fn = self.step.upgrade if self.direction == "upgrade" else self.step.downgrade
         return fn(ck)
 
     def describe(self) -> str:
         return f"{self.revision} {self.direction}: {self.src} -> {self.dst}"
 
 
-def _discover() -> list[ModuleType]:
+def _discover() -> list[Any]:
     """Every ``vNNNN_*`` module of this package, like Alembic's scan of ``versions/``."""
     names = sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name.startswith("v") and m.name[1:5].isdigit())
     return [importlib.import_module(f"{__name__}.{name}") for name in names]
 
 
-def validate(found: Sequence[Any]) -> list[Any]:
-    """The steps ordered from the base, or ``RevisionMapError``: every attribute present, unique ids,
+def validate(modules: Sequence[Any]) -> list[Script]:
+    """The steps ordered from the base, each a ``Script``, or ``RevisionMapError``: every attribute present, unique ids,
     one base, every ``down_revision`` known, no cycle, each non-repair step starting where its
     ``down_revision`` ends (the base layout for the first), each repair step ending on the chain."""
-    by_id: dict[str, Any] = {}
+    found = [Script.of(m) for m in modules]
+    by_id: dict[str, Script] = {}
     for step in found:
-        missing = [a for a in _REQUIRED if not hasattr(step, a)]
-        if missing:
-            raise RevisionMapError(f"step {getattr(step, '__name__', step)!r} lacks {', '.join(missing)}")
         if step.revision in by_id:
             raise RevisionMapError(f"duplicate revision id {step.revision!r}")
         by_id[step.revision] = step
@@ -75,7 +110,7 @@ def validate(found: Sequence[Any]) -> list[Any]:
         raise RevisionMapError(f"the chain needs exactly one base step (down_revision None), found {len(bases)}")
     for step in found:
         seen: set[str] = set()
-        here: Any = step
+        here = step
         while here.down_revision is not None:
             if here.revision in seen:
                 raise RevisionMapError(f"cycle through {here.revision!r}")
@@ -83,9 +118,9 @@ def validate(found: Sequence[Any]) -> list[Any]:
             if here.down_revision not in by_id:
                 raise RevisionMapError(f"{here.revision!r} builds on unknown revision {here.down_revision!r}")
             here = by_id[here.down_revision]
-    on_chain = {BASE_LAYOUT} | {s.to_layout for s in found if not getattr(s, "repair", False)}
+    on_chain = {BASE_LAYOUT} | {s.to_layout for s in found if not s.repair}
     for step in found:
-        if getattr(step, "repair", False):
+        if step.repair:
             if step.to_layout not in on_chain:
                 raise RevisionMapError(f"repair {step.revision!r} leads to {step.to_layout!r}, off the chain")
             continue
@@ -93,7 +128,7 @@ def validate(found: Sequence[Any]) -> list[Any]:
         if step.from_layout != start:
             raise RevisionMapError(f"{step.revision!r} starts at {step.from_layout!r}, but its down_revision "
                                    f"ends at {start!r}")
-    order: list[Any] = []
+    order: list[Script] = []
     frontier = [bases[0]]
     while frontier:
         here = frontier.pop(0)
@@ -103,11 +138,11 @@ def validate(found: Sequence[Any]) -> list[Any]:
 
 
 @lru_cache(maxsize=None)
-def _steps() -> tuple[ModuleType, ...]:
+def _steps() -> tuple[Script, ...]:
     return tuple(validate(_discover()))
 
 
-def steps() -> list[ModuleType]:
+def steps() -> list[Script]:
     """The validated steps, base first."""
     return list(_steps())
 
@@ -116,7 +151,7 @@ def edges() -> list[Edge]:
     out = []
     for step in steps():
         out.append(Edge(step, "upgrade", step.from_layout, step.to_layout))
-        if not getattr(step, "repair", False):
+        if step.reversible:
             out.append(Edge(step, "downgrade", step.to_layout, step.from_layout))
     return out
 
@@ -151,7 +186,7 @@ def layouts() -> list[str]:
 def history() -> list[dict[str, object]]:
     """The chain for ``--history``: each step, its parent and where it leads."""
     return [{"revision": s.revision, "down_revision": s.down_revision, "from": s.from_layout, "to": s.to_layout,
-             "reversible": not getattr(s, "repair", False), "description": s.description} for s in steps()]
+             "reversible": s.reversible, "description": s.description} for s in steps()]
 
 
 def revision_of(layout: str) -> str | None:
@@ -159,6 +194,6 @@ def revision_of(layout: str) -> str | None:
     if layout == BASE_LAYOUT:
         return "base"
     for s in steps():
-        if s.to_layout == layout and not getattr(s, "repair", False):
+        if s.to_layout == layout and s.reversible:
             return str(s.revision)
     return None

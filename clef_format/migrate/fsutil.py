@@ -115,11 +115,26 @@ def _link(src: str, dst: str) -> bool:
         return False
 
 
+def inner_link(full: str, rel: str, src_root: str) -> str:
+    """The text of the link ``full`` (at ``rel``) for the staged tree. A link to a file of the checkpoint
+    by a path that leaves it (absolute, or ``../ck/x``) would lead into the old tree from the staged
+    one (and verify of the staged tree would see a link leaving it): it becomes the relative link to
+    the same file. Any other link is carried as it is."""
+    text = os.readlink(full)
+    lexical = os.path.normpath(os.path.join(os.path.dirname(rel), text))
+    if not os.path.isabs(text) and lexical != ".." and not lexical.startswith("../"):
+        return text
+    real, root = os.path.realpath(full), os.path.realpath(src_root)
+    if not inside(real, root) or real == root:
+        return text
+    return os.path.relpath(real, os.path.realpath(os.path.dirname(full)))
+
+
 def replicate(src_root: str, dst_root: str, skip: set[str], in_place: bool, allowed_real: list[str],
               snapshot: bool) -> dict[str, str]:
     """Rebuild ``src_root``'s tree under ``dst_root`` without the ``skip`` files (rel paths).
 
-    In place, symlinks are recreated as they are and every file is hard-linked (the old tree is
+    In place, symlinks are recreated (``inner_link``) and every file is hard-linked (the old tree is
     dropped afterwards). Out of place, symlinks are resolved (snapshot files live in blobs/),
     links escaping the checkpoint are not followed, and ``.cache`` (download metadata that would no
     longer match) is left behind. Returns rel -> how each file came over.
@@ -144,7 +159,7 @@ def replicate(src_root: str, dst_root: str, skip: set[str], in_place: bool, allo
                 if os.path.lexists(dst):
                     os.unlink(dst)
                 if in_place:
-                    os.symlink(os.readlink(full), dst)
+                    os.symlink(inner_link(full, rel, src_root), dst)
                     how[rel] = "symlink"
                     continue
                 real = os.path.realpath(full)

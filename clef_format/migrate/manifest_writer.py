@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from clef_format.errors import CouldNotRun, Refused
 from clef_format.progress import NO_PROGRESS, Progress
@@ -47,8 +48,36 @@ def write_manifest(root: str, manifest: dict[str, Any]) -> str:
     return target
 
 
+@contextmanager
+def writer_lock(root: str, code: str = "manifest-refused",
+                fix: str = "wait for it to finish, then run clef-format manifest on the result") -> Iterator[None]:
+    """The lock ``migrate`` holds on ``root`` (``.ROOT.clef-migrate.lock`` beside it), held by every other
+    writer of the checkpoint too: a migrate staging now would swap away what is written meanwhile.
+    ``Refused`` (``code``, with ``fix``) while a migrate runs. Where the folder beside ``root`` is not
+    writable no lock file can be made, and no migrate can run in place there either: nothing to hold."""
+    from clef_format.migrate.preflight import _lock_held
+    from clef_format.migrate.workspace import Lock, make_target
+
+    target = make_target(root, None)
+    if not os.access(target.parent, os.W_OK | os.X_OK):
+        if _lock_held(target):
+            raise Refused(code, f"a clef-format migrate is working on {root}; nothing was written", fix)
+        yield
+        return
+    try:
+        lock = Lock(target).__enter__()
+    except Refused as exc:
+        raise Refused(code, exc.message if "nothing was written" in exc.message else f"{exc.message}; nothing was "
+                      "written", fix) from None
+    try:
+        yield
+    finally:
+        lock.__exit__(None, None, None)
+
+
 def make_manifest(path: str, force: bool = False, progress: Progress | None = None) -> Report:
-    """Hash the checkpoint at ``path`` and write its manifest; a report with ``written`` (or a refusal)."""
+    """Hash the checkpoint at ``path`` and write its manifest; a report with ``written`` (or a refusal).
+    Holds migrate's lock on the checkpoint meanwhile (``writer_lock``)."""
     ck = open_checkpoint(path)
     layout = str(ck.layout)
     details: dict[str, Any] = {"written": None, "algorithm": ALGORITHM}
@@ -58,6 +87,17 @@ def make_manifest(path: str, force: bool = False, progress: Progress | None = No
         return make_report("manifest", path, layout, [error(
             "manifest-refused", f"{ck.root} is inside a Hugging Face cache, which clef-format never writes to",
             fix=f"clef-format verify {path} --deep already checks it against the cache's blob names")], details)
+    try:
+        with writer_lock(ck.root):
+            ck = open_checkpoint(path)  # read again under the lock: what a migrate that just ended left
+            return _make_manifest_locked(ck, path, force, progress, details)
+    except Refused as exc:
+        return make_report("manifest", path, layout, [error(exc.code, exc.message, fix=exc.fix)], details)
+
+
+def _make_manifest_locked(ck: Any, path: str, force: bool, progress: Progress | None,
+                          details: dict[str, Any]) -> Report:
+    layout = str(ck.layout)
     errors = [f for f in ck.findings if f.severity == "error"]
     if errors and not force:
         refusal = error("manifest-refused", "reading the checkpoint found errors; a manifest would record a broken "

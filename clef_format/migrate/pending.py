@@ -10,26 +10,22 @@ an interrupted fallback swap in place leaves ``T`` absent for a moment). ``migra
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from clef_format.errors import PathNotFound, Refused
-from clef_format.migrate.apply import (
+from clef_format.migrate.recovery import pending_recovery, recover
+from clef_format.migrate.workspace import (
     Lock,
     Target,
     foreign_entries,
     foreign_lock,
+    Journal,
     make_target,
-    pending_recovery,
     read_journal,
-    recover,
     workspace_owner,
 )
 from clef_format.read.checkpoint import read_checkpoint
 from clef_format.report import Report, ReportDraft
 from clef_format.spec.findings import error, info
-
-Journal = dict[str, Any]
-
 
 def interrupted_at(path: str) -> tuple[Target, Journal | None] | None:
     """The interrupted run whose target is ``path`` (which need not exist): its workspace or lock lies
@@ -41,8 +37,8 @@ def interrupted_at(path: str) -> tuple[Target, Journal | None] | None:
     if not (os.path.lexists(target.ws) or os.path.lexists(target.lock_path)):
         return None
     journal = read_journal(target)
-    source = journal.get("source") if journal else None
-    return Target(target.path, source if isinstance(source, str) else target.path, False), journal
+    source = journal.source if journal else None
+    return Target(target.path, source if source is not None else target.path, False), journal
 
 
 def outputs_beside(source: str) -> list[tuple[Target, Journal]]:
@@ -57,7 +53,7 @@ def outputs_beside(source: str) -> list[tuple[Target, Journal]]:
         owner = workspace_owner(name)
         if owner is not None and not name.endswith(".lock"):
             found = interrupted_at(os.path.join(parent, owner))
-            if found and found[1] and found[1].get("source") == source and found[1].get("in_place") is False:
+            if found and found[1] and found[1].source == source and found[1].in_place is False:
                 out.append((found[0], found[1]))
     return out
 
@@ -72,7 +68,7 @@ def what(target: Target, journal: Journal | None) -> str:
             return (f"{target.ws} holds no journal but holds what no migrate run leaves there "
                     f"({', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''})")
         return "its workspace holds no journal: nothing in it was needed"
-    return f"{journal.get('revision')} {journal.get('direction')} from {journal.get('source')}, {journal.get('phase')}"
+    return f"{journal.revision} {journal.direction} from {journal.source}, {journal.phase_name}"
 
 
 def litter_message(target: Target, display: str) -> str:
@@ -90,16 +86,16 @@ def litter_message(target: Target, display: str) -> str:
 
 def resume_fix(target: Target, journal: Journal | None, display: str) -> str:
     """What to run about it: the command that resumes it (an --output run), and the one that rolls it back."""
-    if journal is not None and journal.get("in_place"):  # killed between the two renames of a fallback swap
+    if journal is not None and journal.in_place:  # killed between the two renames of a fallback swap
         return f"clef-format migrate {display} --abort puts the original tree back (it is complete in {target.ws})"
     back = f"clef-format migrate {display} --abort rolls it back"
     if journal is None:  # before its journal was first written, or after its cleanup removed it
         done = os.path.isdir(target.path) and bool(os.listdir(target.path))
         return (f"clef-format migrate {display} --abort removes what it left (nothing in it is needed); "
                 + (f"{display} holds the finished result" if done else "then run the migration again"))
-    if not isinstance(journal.get("source"), str):
+    if journal.source is None:
         return f"{back}; then run the migration again"  # nothing of it can be resumed
-    return f"clef-format migrate {journal['source']} --to {journal.get('to')} --output {display} resumes it; {back}"
+    return f"clef-format migrate {journal.source} --to {journal.to_layout} --output {display} resumes it; {back}"
 
 
 def not_found(path: str, exc: PathNotFound, found: tuple[Target, Journal | None] | None) -> PathNotFound:
@@ -117,12 +113,11 @@ def report_interrupted(target: Target, journal: Journal | None, display: str, *,
     """``migrate T --current`` / ``--abort [--dry-run]`` for an absent ``T``: say what waits beside it, or
     roll it back (the source of an --output run is never touched: it was only read)."""
     report = ReportDraft(display, None)
-    report.extra.update({"from": journal.get("from") if journal else None, "to": journal.get("to") if journal else None,
+    report.extra.update({"from": journal.from_layout if journal else None, "to": journal.to_layout if journal else None,
                          "dry_run": dry_run, "steps": [], "output": None, "recovered": []})
     if current:
         report.extra["revision"] = None
-        report.extra["pending"] = f"{journal['revision']} {journal['direction']} ({journal['phase']})" if journal \
-            else None
+        report.extra["pending"] = journal.pending() if journal else None
         if os.path.lexists(target.ws):
             report.extra["message"] = (f"{display} does not exist: an interrupted migrate into it waits beside it "
                                        f"({what(target, journal)}); {resume_fix(target, journal, display)}")

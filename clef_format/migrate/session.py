@@ -12,23 +12,14 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from clef_format.errors import CouldNotRun, NonFiniteRows, PathNotFound, Refused, UsageError
-from clef_format.migrate.apply import (
-    ANY_STEP,
-    CleanupIncomplete,
-    Lock,
-    SwapFailed,
-    Target,
-    carried_by_link,
-    check_crash_env,
-    make_target,
-    preflight,
-    read_journal,
-    recover,
-    run_plan,
-    survey_source,
-    workspace_owner,
-)
+from clef_format.errors import CouldNotRun, MigrateRefused, NonFiniteRows, PathNotFound, Refused, UsageError
+from clef_format.migrate.apply import SourceChanged, run_plan
+from clef_format.migrate.crash import check_crash_env
+from clef_format.migrate.preflight import carried_by_link, preflight, survey_source
+from clef_format.migrate.recovery import ANY_STEP, recover
+from clef_format.migrate.swap import CleanupIncomplete, SwapFailed
+from clef_format.migrate.tree_state import TreeState, snapshot
+from clef_format.migrate.workspace import Lock, Target, make_target, read_journal, workspace_owner
 from clef_format.migrate.plan import Plan
 from clef_format.progress import Progress
 from clef_format.read.checkpoint import Checkpoint, read_checkpoint
@@ -36,6 +27,10 @@ from clef_format.read.paths import inside
 from clef_format.report import Report, ReportDraft
 from clef_format.spec.findings import Finding, error, info, warning
 from clef_format.spec.layouts import Layout
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from clef_format.migrations import Edge
 
 
 @dataclass
@@ -55,10 +50,10 @@ def _blocking(ck: Checkpoint, plan: Plan, display: str) -> list[Finding]:
     return [f for f in report.findings if f.severity == "error" and f.code not in plan.fixes]
 
 
-def _deep_refusal(ck: Checkpoint, edge: Any, dry_run: bool) -> Refused | None:
-    if not getattr(edge.step, "DEEP_CHECK", False):
+def _deep_refusal(ck: Checkpoint, edge: Edge, dry_run: bool) -> Refused | None:
+    if not edge.step.deep_check:
         return None
-    if not dry_run and edge.direction in getattr(edge.step, "STREAM_CHECKED", ()):
+    if not dry_run and edge.direction in edge.step.stream_checked:
         return None  # the step's writer refuses the same rows while streaming, before anything is swapped in
     from clef_format.migrate.inspect import table_content_problems
 
@@ -67,8 +62,8 @@ def _deep_refusal(ck: Checkpoint, edge: Any, dry_run: bool) -> Refused | None:
         first = bad[0]
         if first.code == "table-nonfinite":  # a source table: quantizing it would hide the rows
             return Refused("table-nonfinite", f"{first.message}; nothing was changed", first.fix)
-        return Refused("migrate-refused", f"{first.message}: the tables do not follow the format; "
-                                          f"{edge.revision} would serve or decode them", first.fix)
+        return MigrateRefused(f"{first.message}: the tables do not follow the format; "
+                              f"{edge.revision} would serve or decode them", first.fix)
     return None
 
 
@@ -96,13 +91,13 @@ def _refuse_cache(target: Target, ck: Checkpoint, display: str, opts: Options) -
     from clef_format.read.hf_cache import cache_area
 
     if target.in_place and (ck.hf_snapshot or cache_area(target.path)):
-        raise Refused("migrate-refused", f"{display} is a Hugging Face cache snapshot: its files are shared blobs "
-                                         "and are never written", f"clef-format migrate {display} --to {opts.to} --output DIR")
+        raise MigrateRefused(f"{display} is a Hugging Face cache snapshot: its files are shared blobs "
+                             "and are never written", f"clef-format migrate {display} --to {opts.to} --output DIR")
     for place in (target.path, target.parent):
         area = cache_area(place)
         if area:
-            raise Refused("migrate-refused", f"--output {target.path} lies inside a Hugging Face cache ({area}), "
-                                             "which clef-format never writes", "pick an --output outside the cache")
+            raise MigrateRefused(f"--output {target.path} lies inside a Hugging Face cache ({area}), "
+                                 "which clef-format never writes", "pick an --output outside the cache")
 
 
 def migrate_path(path: str, opts: Options, progress: Progress | None = None) -> Report:
@@ -142,22 +137,22 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
     if opts.current:
         journal = read_journal(target)
         report.extra["revision"] = migrations.revision_of(str(ck.layout))
-        report.extra["pending"] = f"{journal['revision']} {journal['direction']} ({journal['phase']})" if journal else None
+        report.extra["pending"] = journal.pending() if journal else None
         from clef_format.migrate import pending
 
         from clef_format.verify.checks.layout import check_layout
 
         report.findings.extend(check_layout(ck))  # what the layout means for serving, as verify says it
-        if journal and journal.get("in_place") is False:  # PATH is the output of an interrupted --output run
+        if journal and journal.in_place is False:  # PATH is the output of an interrupted --output run
             report.extra["message"] = (f"an interrupted migrate into {display} waits ({pending.what(target, journal)}): "
                                        f"{pending.resume_fix(target, journal, display)}")
         elif journal:
-            from clef_format.migrate.apply import pending_recovery
+            from clef_format.migrate.recovery import pending_recovery
 
             will = pending_recovery(target, ck) or "resumes its staging"
             back = pending_recovery(target, ck, abort=True)
             report.extra["message"] = (f"an interrupted migrate waits ({pending.what(target, journal)}): clef-format "
-                                       f"migrate {display} --to {journal.get('to')}: {will}; clef-format migrate "
+                                       f"migrate {display} --to {journal.to_layout}: {will}; clef-format migrate "
                                        f"{display} --abort: {back}")
         if journal is None and (os.path.lexists(target.ws) or os.path.lexists(target.lock_path)):
             report.extra["message"] = pending.litter_message(target, display)
@@ -202,8 +197,9 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
             if not target.in_place and os.path.isdir(target.path) and os.listdir(target.path):
                 target = Target(target.path, target.path, True)  # a recovered output: go on from there
                 finished_output = True
-            ck = read_checkpoint(target.source)
-            _run_steps(ck, target, opts, report, display, progress)
+            before = snapshot(target.source, frozenset() if target.in_place else frozenset({".cache"}))
+            ck = read_checkpoint(target.source)  # read after its state was taken: a change since is seen
+            _run_steps(ck, target, opts, report, display, progress, before)
             if finished_output and not report.extra["steps"] and note:
                 report.extra["message"] = (f"{note}: --output {target.path} holds the {report.layout} result; "
                                            f"{display} was only read")
@@ -235,7 +231,7 @@ def _first_step(target: Target, to: str) -> tuple[str, str] | None:
     from clef_format import migrations
 
     journal = read_journal(target)
-    start = journal.get("from") if journal else None
+    start = journal.from_layout if journal else None
     route = migrations.path(start, to) if isinstance(start, str) else None
     if route is None:
         return ANY_STEP
@@ -246,12 +242,12 @@ def _refuse_another_source(target: Target, display: str) -> None:
     """An interrupted --output run from another source waits at the target: never finish or resume it
     in this run's name (its result is that source's)."""
     journal = read_journal(target)
-    if target.in_place or not journal or journal.get("source") in (None, target.source):
+    if target.in_place or not journal or journal.source in (None, target.source):
         return
-    raise Refused("migrate-refused", f"an interrupted migrate from {journal.get('source')} into --output {target.path} "
-                                     f"waits there, not one from {display}; nothing was changed",
-                  f"clef-format migrate {journal.get('source')} --to {journal.get('to')} --output {target.path} "
-                  f"finishes it, or clef-format migrate {target.path} --abort rolls it back; then run this again")
+    raise MigrateRefused(f"an interrupted migrate from {journal.source} into --output {target.path} "
+                         f"waits there, not one from {display}; nothing was changed",
+      f"clef-format migrate {journal.source} --to {journal.to_layout} --output {target.path} "
+      f"finishes it, or clef-format migrate {target.path} --abort rolls it back; then run this again")
 
 
 def _nothing_message(target: Target, opts: Options, display: str) -> str:
@@ -303,8 +299,8 @@ def _route(ck: Checkpoint, to: str) -> list[Any]:
 
     route = migrations.path(str(ck.layout), to)
     if route is None:
-        raise Refused("migrate-refused", f"no migration leads from {ck.layout} to {to}",
-                      f"run clef-format verify {ck.root} and fix (or re-download) what it reports")
+        raise MigrateRefused(f"no migration leads from {ck.layout} to {to}",
+          f"run clef-format verify {ck.root} and fix (or re-download) what it reports")
     return route
 
 
@@ -313,8 +309,8 @@ def _refuse_blocking(ck: Checkpoint, plan: Plan, display: str, edge: Any, dry_ru
     blocking = _blocking(ck, plan, display)
     if blocking:
         summary = "; ".join(f"{f.code} ({f.message})" for f in blocking[:5])
-        raise Refused("migrate-refused", f"verify reports errors that {edge.revision} cannot fix: {summary}",
-                      blocking[0].fix or f"run clef-format verify {display}")
+        raise MigrateRefused(f"verify reports errors that {edge.revision} cannot fix: {summary}",
+          blocking[0].fix or f"run clef-format verify {display}")
     deep = _deep_refusal(ck, edge, dry_run)
     if deep:
         raise deep
@@ -333,10 +329,10 @@ def _refuse_unproven_replacements(ck: Checkpoint, plan: Plan, display: str, edge
     entries, problems = read_manifest(ck)
     broken = [f for f in problems if f.severity == "error"] if entries is None else []
     if broken:  # it could not be checked against, and would be left describing the files replaced
-        raise Refused("migrate-refused", f"{MANIFEST_NAME} cannot be used ({broken[0].message}): the files migrate "
-                                         "replaces cannot be checked against it; nothing was changed",
-                      f"restore {MANIFEST_NAME} from the download, or remove it (clef-format manifest {display} "
-                      "writes a new one), then run clef-format migrate again")
+        raise MigrateRefused(f"{MANIFEST_NAME} cannot be used ({broken[0].message}): the files migrate "
+                             "replaces cannot be checked against it; nothing was changed",
+          f"restore {MANIFEST_NAME} from the download, or remove it (clef-format manifest {display} "
+          "writes a new one), then run clef-format migrate again")
     replaced = {o.rel for o in plan.outputs if o.rel in ck.files} | set(plan.removed)
     checked = replaced | (set(ck.files) if every_file else set())
     bad = [f for f in reference_findings(ck, sorted(checked)) if f.severity == "error"]
@@ -352,7 +348,7 @@ def _refuse_unproven_replacements(ck: Checkpoint, plan: Plan, display: str, edge
 
 
 def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft) -> ReportDraft:
-    from clef_format.migrate.apply import pending_recovery
+    from clef_format.migrate.recovery import pending_recovery
 
     _refuse_another_source(target, report.path)
     will = pending_recovery(target, ck, abort=opts.abort, wanted=_first_step(target, opts.to))
@@ -383,12 +379,12 @@ def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft)
                                                    "notes": ["planned after the previous step has run"]}})
     pending = read_journal(target)
     if pending:
-        report.extra["pending"] = f"{pending['revision']} {pending['direction']} ({pending['phase']})"
+        report.extra["pending"] = pending.pending()
     return report
 
 
 def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft, display: str,
-               progress: Progress | None) -> None:
+               progress: Progress | None, before: TreeState | None = None) -> None:
     from clef_format.verify.run import verify_checkpoint
 
     route = _route(ck, opts.to)
@@ -406,7 +402,12 @@ def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraf
         by_link = carried_by_link(target, ck.hf_snapshot)
         step: dict[str, Any] = {"plan": plan.to_dict(by_link)}
         try:
-            result = run_plan(plan, ck, target, progress)
+            result = run_plan(plan, ck, target, progress, before=before)
+        except SourceChanged as exc:
+            redo = f"clef-format migrate {display} --to {opts.to}" + (f" --output {opts.output}" if opts.output else "")
+            raise MigrateRefused(f"{exc.message}; {plan.revision} {plan.direction} did not run",
+                                 f"{redo} redoes it on the new content (once nothing else writes the checkpoint)"
+                                 ) from None
         except NonFiniteRows as exc:
             report.findings.append(error("table-nonfinite", f"{exc}: quantizing would hide them; nothing was changed",
                                          fix="re-download the backbone; a healthy table has no NaN/Inf rows"))
@@ -434,6 +435,10 @@ def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraf
         step["entries"] = result.entries
         report.extra["steps"].append(step)
         target = Target(target.path, target.path, True)
+        try:  # the state the next step (if any) is planned from; failing here, that step takes its own
+            before = snapshot(target.path)
+        except OSError:
+            before = None
         ck = read_checkpoint(target.path)
         route = _route(ck, opts.to)
     done = target.path if report.extra["steps"] else target.source  # no step ran: the source is the result

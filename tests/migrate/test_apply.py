@@ -14,25 +14,13 @@ import pytest
 
 from clef_format import migrations
 from clef_format.errors import Refused
-from clef_format.migrate import apply
-from clef_format.migrate.apply import (
-    CRASH_ENV,
-    Lock,
-    SwapFailed,
-    Target,
-    _decide,
-    _rmtree,
-    _swap,
-    _verify_staged,
-    fingerprint,
-    make_target,
-    pending_recovery,
-    preflight,
-    read_journal,
-    recover,
-    survey_source,
-    write_journal,
-)
+from clef_format.migrate import crash, recovery, workspace
+from clef_format.migrate.apply import _verify_staged
+from clef_format.migrate.crash import CRASH_ENV
+from clef_format.migrate.preflight import preflight, survey_source
+from clef_format.migrate.recovery import _decide, pending_recovery, recover
+from clef_format.migrate.swap import SwapFailed, _swap
+from clef_format.migrate.workspace import Lock, Target, _rmtree, fingerprint, make_target, read_journal, write_journal
 from clef_format.read.checkpoint import read_checkpoint
 from clef_format.spec import layouts as L
 from tests.migrate.helpers import file_digests, run_json, siblings, verified
@@ -51,7 +39,7 @@ def _raise(signum: int, frame: object) -> None:
 @pytest.fixture
 def crash_at(monkeypatch: pytest.MonkeyPatch):
     """``crash_at(spec, handler)``: arm CLEF_FORMAT_CRASH_AT with a fresh count and a SIGINT handler."""
-    monkeypatch.setattr(apply, "_crash_counts", {})
+    monkeypatch.setattr(crash, "_crash_counts", {})
     old = signal.getsignal(signal.SIGINT)
 
     def arm(spec: str, handler=_raise) -> None:
@@ -63,13 +51,14 @@ def crash_at(monkeypatch: pytest.MonkeyPatch):
 
 
 
-def journal_for(target: Target, phase: str, fp: dict, **extra: object) -> dict:
-    journal = {"version": apply.JOURNAL_VERSION, "revision": REVISION, "direction": "upgrade", "from": "layout-1",
+def journal_for(target: Target, phase: str, fp: dict, **extra: object) -> workspace.Journal:
+    journal = {"version": workspace.JOURNAL_VERSION, "revision": REVISION, "direction": "upgrade", "from": "layout-1",
                "to": "layout-2", "source": target.source, "target": target.path, "in_place": target.in_place,
                "phase": phase, "fingerprint": fp, "done": {}, "quality": {}, **extra}
     os.makedirs(target.ws, exist_ok=True)
-    write_journal(target, journal)
-    return journal
+    write_journal(target, workspace.Journal.from_json(journal))
+    assert read_journal(target).to_json() == journal  # the file says exactly what apply writes
+    return workspace.Journal.from_json(journal)
 
 
 def ino(path: str) -> list[int]:
@@ -81,10 +70,10 @@ def ino(path: str) -> list[int]:
 
 def test_crash_hook_signals_this_process_at_the_nth_point_of_its_phase(crash_at) -> None:
     crash_at("lock:2:INT")
-    apply.crashpoint("journal")  # another phase: not counted
-    apply.crashpoint("lock")  # the first lock point passes
+    crash.crashpoint("journal")  # another phase: not counted
+    crash.crashpoint("lock")  # the first lock point passes
     with pytest.raises(Interrupted):
-        apply.crashpoint("lock")
+        crash.crashpoint("lock")
 
 
 # ---- the journal and the decision about an interrupted run ----------------------------------------
@@ -95,13 +84,33 @@ def test_a_written_journal_reads_back(fresh) -> None:
     assert read_journal(target) == journal
 
 
+@pytest.mark.parametrize("phase,extra", [("staging", {}), ("staged", {"new_ino": [2049, 12]}), ("swapped", {"new_ino": [1, 2]})])
+def test_a_journal_file_of_each_phase_rewrites_byte_for_byte(fresh, phase: str, extra: dict) -> None:
+    """The journal is the on-disk contract: a file written before the typed record (``json.dump(dict,
+    indent=1)``, keys in this order) reads back and is written again byte for byte."""
+    import json
+
+    target = make_target(str(fresh("layout-1")), None)
+    raw = {"version": workspace.JOURNAL_VERSION, "revision": REVISION, "direction": "upgrade", "from": "layout-1",
+           "to": "layout-2", "source": target.source, "target": target.path, "in_place": True, "phase": phase,
+           "fingerprint": {"config.json": [10, 20, 30]}, "done": {"a.safetensors": 5},
+           "quality": {"t": {"max_abs": 0.5}}, **extra}
+    os.makedirs(target.ws)
+    before = json.dumps(raw, indent=1)
+    Path(target.journal_path).write_text(before)
+    journal = read_journal(target)
+    assert journal.phase == phase and journal.done == {"a.safetensors": 5}
+    write_journal(target, journal)
+    assert Path(target.journal_path).read_text() == before
+
+
 def test_an_interrupted_staging_resumes_silently_or_rolls_back_naming_the_step(fresh) -> None:
     root = fresh("layout-1")
     target = make_target(str(root), None)
     ck = read_checkpoint(root)
     journal_for(target, "staging", fingerprint(ck))
     os.makedirs(target.new)
-    assert _decide(target, ck, abort=False)[0] == "resume"
+    assert _decide(target, ck, abort=False).action == "resume"
     assert pending_recovery(target, ck) is None  # a resume is no recovery to announce
     assert pending_recovery(target, ck, abort=True) == (f"rolled back the interrupted migration {REVISION} upgrade; "
                                                         "the checkpoint was never changed")
@@ -126,12 +135,12 @@ def test_a_source_file_replaced_with_its_size_and_mtime_kept_is_a_changed_source
     os.replace(other, victim)
     ck = read_checkpoint(root)
     assert fingerprint(ck) != before  # what a staging's resume compares
-    assert _decide(target, ck, abort=False)[0] == "remove"
+    assert _decide(target, ck, abort=False).action == "remove"
     assert pending_recovery(target, ck) == (f"rolled back the interrupted migration {REVISION} upgrade: "
                                             "the checkpoint changed since")
 
 
-@pytest.mark.parametrize("wanted,action", [(apply.ANY_STEP, "resume"), ((REVISION, "upgrade"), "resume"),
+@pytest.mark.parametrize("wanted,action", [(recovery.ANY_STEP, "resume"), ((REVISION, "upgrade"), "resume"),
                                            ((REVISION, "downgrade"), "remove"), (None, "remove")])
 def test_a_staging_is_resumed_only_by_a_run_of_the_same_step(fresh, wanted, action: str) -> None:
     """A run to another layout, or one with nothing to do, said "resuming" and left the staging pending."""
@@ -140,7 +149,8 @@ def test_a_staging_is_resumed_only_by_a_run_of_the_same_step(fresh, wanted, acti
     ck = read_checkpoint(root)
     journal_for(target, "staging", fingerprint(ck))
     os.makedirs(target.new)
-    got, note, _ = _decide(target, ck, abort=False, wanted=wanted)
+    decided = _decide(target, ck, abort=False, wanted=wanted)
+    got, note = decided.action, decided.note
     assert got == action, note
     if action == "remove":
         now = "has nothing to do" if wanted is None else f"runs {REVISION} downgrade"
@@ -155,7 +165,8 @@ def test_a_staging_of_a_source_that_changed_is_rolled_back_not_resumed(fresh) ->
     os.makedirs(target.new)
     (root / "tokenizer.json").write_text('{"changed": true}')
     ck = read_checkpoint(root)
-    assert _decide(target, ck, abort=False)[:2] == (
+    decided = _decide(target, ck, abort=False)
+    assert (decided.action, decided.note) == (
         "remove", f"rolled back the interrupted migration {REVISION} upgrade: the checkpoint changed since")
 
 
@@ -175,7 +186,8 @@ def _exchanged(fresh, built, tmp: Path) -> tuple[Path, Target, dict]:
 
 def test_abort_after_the_exchange_puts_the_original_tree_back(fresh, built, tmp_path: Path) -> None:
     root, target, original = _exchanged(fresh, built, tmp_path)
-    action, note, _ = _decide(target, None, abort=True)
+    decided = _decide(target, None, abort=True)
+    action, note = decided.action, decided.note
     assert action == "unswap" and f"{REVISION} upgrade" in note and "is back at" in note
     assert recover(target, None, abort=True) == note
     assert file_digests(root) == original and siblings(root) == []
@@ -184,11 +196,11 @@ def test_abort_after_the_exchange_puts_the_original_tree_back(fresh, built, tmp_
 def test_recovery_after_the_exchange_records_the_swap_before_cleaning_up(fresh, built, tmp_path: Path,
                                                                        crash_at) -> None:
     root, target, _ = _exchanged(fresh, built, tmp_path)
-    assert _decide(target, None, abort=False)[0] == "cleanup"
+    assert _decide(target, None, abort=False).action == "cleanup"
     crash_at("cleanup:1:INT")
     with pytest.raises(Interrupted):
         recover(target, None)
-    assert read_journal(target)["phase"] == "swapped"  # a later run no longer needs the inode to know
+    assert read_journal(target).phase == "swapped"  # a later run no longer needs the inode to know
 
 
 def test_recovery_finishes_a_fallback_swap_killed_between_its_renames(fresh, built) -> None:
@@ -198,7 +210,7 @@ def test_recovery_finishes_a_fallback_swap_killed_between_its_renames(fresh, bui
     os.rename(root, target.old)
     shutil.copytree(built("layout-2"), target.new, symlinks=True)
     journal_for(target, "staged", {}, new_ino=ino(target.new))
-    assert _decide(target, None, abort=False)[0] == "finish-fallback"
+    assert _decide(target, None, abort=False).action == "finish-fallback"
     assert recover(target, None) == f"finished the interrupted migration {REVISION} upgrade (its new tree was complete)"
     assert verified(root)[:2] == ("layout-2", True) and siblings(root) == []
 
@@ -248,7 +260,7 @@ def test_a_staging_interrupted_before_verify_resumes_with_its_finished_files(fre
     ck = read_checkpoint(root)
     plan = migrations.path("layout-1", "layout-2")[0].plan(ck)
     journal = read_journal(target)
-    assert journal["phase"] == "staging" and journal["done"] == {o.rel: o.size for o in plan.outputs}
+    assert journal.phase == "staging" and journal.done == {o.rel: o.size for o in plan.outputs}
     assert pending_recovery(target, ck) is None
     assert pending_recovery(target, ck, abort=True) == (f"rolled back the interrupted migration {REVISION} upgrade; "
                                                         "the checkpoint was never changed")
@@ -348,14 +360,19 @@ def test_a_tree_that_cannot_be_deleted_raises_naming_what_stayed(tmp_path: Path)
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
-def test_deleting_a_tree_with_a_mount_inside_raises_not_empty(tmp_path: Path) -> None:
+def test_deleting_a_tree_with_a_mount_inside_refuses_before_deleting_anything(tmp_path: Path) -> None:
+    """It used to delete what it could (the mounted files first), then fail on the mount point."""
     ws = tmp_path / "ws"
     ws.mkdir()
+    (ws / "mine.txt").write_text("migrate's")
     _mount_tmpfs(ws / "mnt")
+    (ws / "mnt" / "theirs.txt").write_text("another disk's")
     try:
         with pytest.raises(OSError) as err:
             _rmtree(str(ws))
-        assert err.value.strerror == f"cannot delete {ws}" and err.value.filename == str(ws)
+        assert err.value.strerror == f"{ws / 'mnt'} is a mount point: nothing below it is deleted (unmount it, then run again)"
+        assert err.value.filename == str(ws)
+        assert (ws / "mnt" / "theirs.txt").read_text() == "another disk's" and (ws / "mine.txt").is_file()
     finally:
         subprocess.run(["umount", "-l", str(ws / "mnt")], capture_output=True)
 

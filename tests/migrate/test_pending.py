@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from clef_format.migrate import apply
-from clef_format.migrate.apply import CRASH_ENV, Lock, Target, make_target, write_journal
+from clef_format.migrate import crash, recovery, workspace
+from clef_format.migrate.crash import CRASH_ENV
+from clef_format.migrate.workspace import Lock, Target, make_target, write_journal
 from tests.migrate.helpers import file_digests, run_json, siblings
 
 REVISION = "0001_int8_tables"
@@ -25,11 +26,11 @@ REVISION = "0001_int8_tables"
 
 def _journal(target: Target, phase: str, **extra: object) -> dict:
     """The journal of a run into ``target`` at ``phase``, in its workspace (as apply writes it)."""
-    journal = {"version": apply.JOURNAL_VERSION, "revision": REVISION, "direction": "upgrade", "from": "layout-1",
+    journal = {"version": workspace.JOURNAL_VERSION, "revision": REVISION, "direction": "upgrade", "from": "layout-1",
                "to": "layout-2", "source": target.source, "target": target.path, "in_place": target.in_place,
                "phase": phase, "fingerprint": {}, "done": {}, "quality": {}, **extra}
     os.makedirs(target.ws, exist_ok=True)
-    write_journal(target, journal)
+    write_journal(target, workspace.Journal.from_json(journal))
     return journal
 
 
@@ -110,7 +111,7 @@ def test_a_run_interrupted_by_the_crash_hook_is_found_by_its_output_path(fresh, 
     out = tmp_path / "out"
     target = make_target(str(src), str(out))
     saved = tmp_path / "saved-ws"
-    monkeypatch.setattr(apply, "_crash_counts", {})
+    monkeypatch.setattr(crash, "_crash_counts", {})
     monkeypatch.setenv(CRASH_ENV, "stage:1:INT")
     old = signal.signal(signal.SIGINT, lambda s, f: shutil.copytree(target.ws, saved, symlinks=True))
     try:
@@ -183,7 +184,8 @@ def test_abort_that_cannot_remove_the_workspace_says_the_rollback_failed(fresh, 
     assert rc == 1, report
     (finding,) = report["findings"]
     assert finding["code"] == "migrate-failed" and finding["severity"] == "error", finding
-    assert finding["message"] == f"rolling back the interrupted migration failed: cannot delete {target.ws}"
+    assert finding["message"] == (f"rolling back the interrupted migration failed: {mnt} is a mount point: nothing "
+                                  "below it is deleted (unmount it, then run again)")  # nothing deleted through it
     assert finding["fix"] == f"clef-format migrate {out} --abort (after freeing the cause above)"
 
 
@@ -246,6 +248,6 @@ def test_the_journal_of_a_run_found_beside_its_output_is_read(tmp_path: Path) ->
     target = make_target(str(src), str(tmp_path / "out"))
     journal = _journal(target, "staging")
     found = interrupted_at(str(tmp_path / "out"))
-    assert found is not None and json.loads(json.dumps(found[1])) == journal
+    assert found is not None and found[1].to_json() == journal
     assert (found[0].path, found[0].source) == (str(tmp_path / "out"), str(src))
     assert interrupted_at(str(tmp_path / "nothing-here")) is None

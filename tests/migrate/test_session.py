@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from clef_format.fixtures.hub_cache import build_hub_cache
-from clef_format.migrate.apply import Lock, make_target
+from clef_format.migrate.workspace import Lock, make_target
 from clef_format.read.checkpoint import read_checkpoint
 from clef_format.read.safetensors import read_header
 from clef_format.spec import layouts as L
@@ -157,7 +157,7 @@ def test_an_absent_path_with_nothing_beside_it_says_what_to_give(capsys, tmp_pat
 def test_a_crash_setting_that_names_no_crash_point_is_a_usage_error(fresh, value: str) -> None:
     """CLEF_FORMAT_CRASH_AT that names no crash point: exit 2, one JSON object naming the phases, nothing
     written (it used to be ignored silently)."""
-    from clef_format.migrate.apply import CRASH_PHASES
+    from clef_format.migrate.crash import CRASH_PHASES
 
     root = fresh("layout-1")
     before = file_digests(root)

@@ -277,7 +277,7 @@ def test_an_in_place_run_killed_between_the_fallback_renames_is_found_by_its_pat
     killed between them, T does not exist. ``migrate T --current`` and a plain ``migrate T`` say that
     ``--abort`` puts the original back, and it does, byte for byte. (The state is the one apply leaves
     there, made by hand: the fallback is not reachable on a filesystem that exchanges.)"""
-    from clef_format.migrate.apply import JOURNAL_VERSION
+    from clef_format.migrate.workspace import JOURNAL_VERSION
 
     root = fresh("layout-1")
     before = file_digests(root)

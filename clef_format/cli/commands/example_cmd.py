@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from clef_format.errors import CouldNotRun, UsageError
+from clef_format.errors import CouldNotRun, Refused, UsageError
 from clef_format.spec.layouts import Layout
 
 LAYOUT_CHOICES = tuple(str(layout) for layout in Layout if layout is not Layout.UNKNOWN)
@@ -28,20 +28,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if os.path.exists(args.path) and (not os.path.isdir(args.path) or os.listdir(args.path)):
         raise UsageError(f"{args.path} exists and is not an empty directory", fix="pick a new directory")
+    from clef_format.cli.output import finish
+    from clef_format.cli.render import render_report
     from clef_format.fixtures.builders import build_checkpoint
+    from clef_format.migrate.manifest_writer import writer_lock
+    from clef_format.read.hf_cache import cache_area
+    from clef_format.report import make_report
+    from clef_format.spec.findings import error
 
+    area = cache_area(args.path)
+    if area:  # an invented snapshot or blob there would pass verify org/name@<rev> as a download
+        refusal = error("example-refused", f"{args.path} lies inside a Hugging Face cache ({area}), which clef-format "
+                                           "never writes", fix="pick a directory outside the cache")
+        return finish(make_report("example", args.path, None, [refusal], {"built": None}), args.json, render_report)
     try:
-        build_checkpoint(args.path, layout=args.layout, build=args.build, full_size=args.full_size)
+        with writer_lock(args.path, "example-refused", "wait for it to finish, or pick another directory"):
+            build_checkpoint(args.path, layout=args.layout, build=args.build, full_size=args.full_size)
+    except Refused as exc:
+        refusal = error("example-refused", exc.message, fix=exc.fix)
+        return finish(make_report("example", args.path, None, [refusal], {"built": None}), args.json, render_report)
     except OSError as exc:
         raise CouldNotRun(f"cannot build in {args.path}: {exc.strerror or exc}", code="unwritable",
                           fix="pick a directory you can write") from None
-    from clef_format.cli.output import finish, write
+    from clef_format.cli.output import write
 
     write(f"built a {'full-size' if args.full_size else 'tiny'} {args.build} checkpoint in {args.layout} at "
           f"{args.path}\n", "stderr")
-    from clef_format.cli.render import render_report
-    from clef_format.report import make_report
-
     if args.no_verify:
         return finish(make_report("example", args.path, args.layout, [], {"built": args.path}), args.json,
                       lambda r: f"built {args.path}")

@@ -1,7 +1,8 @@
 """clef-format manifest PATH [--json] [--force]: write clef_manifest.json (BLAKE3 per file) for fast --deep.
 
 Refuses (exit 1) inside a Hugging Face cache snapshot and when reading the checkpoint found errors
-(``--force`` writes one anyway); see ``clef_format.migrate.manifest_writer``.
+(``--force`` writes one anyway), and while a migrate of the checkpoint runs (it takes migrate's
+lock); see ``clef_format.migrate.manifest_writer``.
 """
 
 from __future__ import annotations

@@ -99,7 +99,7 @@ def interrupted_fix(path: str | None, args_in: list[str]) -> str:
         return (f"clef-format migrate {path} --abort removes what the run left (nothing in it is needed); then "
                 f"clef-format migrate {path} --current shows the layout {path} is at")
     if output is None:
-        from clef_format.migrate.apply import can_roll_back
+        from clef_format.migrate.recovery import can_roll_back
 
         if not can_roll_back(found[0]):  # its cleanup had begun removing the original: only finishing is left
             return f"clef-format migrate {path} finishes the interrupted run (its cleanup had begun: it cannot be rolled back)"

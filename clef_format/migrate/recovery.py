@@ -1,0 +1,186 @@
+"""What to do about an interrupted run, decided from its journal and the disk, then done.
+
+The next call on ``T`` reads the journal first: staging -> resume (or roll back with ``abort``),
+staged -> finish the swap if the source is unchanged, swapped -> finish the cleanup.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from enum import Enum
+
+from clef_format.errors import MigrateRefused
+from clef_format.migrate import fsutil
+from clef_format.migrate.swap import _cleanup_or_say, _swap, _swapped
+from clef_format.migrate.workspace import (
+    Journal,
+    Phase,
+    Target,
+    _rmtree,
+    fingerprint,
+    foreign_entries,
+    read_journal,
+    write_journal,
+)
+from clef_format.read.checkpoint import Checkpoint
+
+
+#: ``wanted`` when the caller does not say which step it is about to run (it resumes any staging).
+ANY_STEP = ("*", "*")
+
+
+class Action(str, Enum):
+    """What ``recover`` does about an interrupted run."""
+
+    REMOVE = "remove"  # delete the workspace: the target was never changed
+    UNSWAP = "unswap"  # put the original tree back (--abort after the swap, while it is still whole)
+    CLEANUP = "cleanup"  # the new tree is in place: finish deleting what it replaced
+    FINISH_FALLBACK = "finish-fallback"  # killed between the two renames of the fallback swap: do the second
+    SWAP = "swap"  # staged and verified, the source unchanged: swap it in
+    RESUME = "resume"  # go on staging where the interrupted run stopped
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The recovery of an interrupted run: what is done, what the run says about it, its journal."""
+
+    action: Action
+    note: str
+    journal: Journal | None
+
+
+def _decide(target: Target, source_ck: Checkpoint | None, abort: bool, wanted: tuple[str, str] | None = ANY_STEP
+            ) -> Decision | None:
+    """What ``recover`` will do about an interrupted run, or None when there is none.
+    ``wanted``: the (revision, direction) this run is about to stage, None when it has nothing to do: a
+    staging of another step, or of a source that changed since, is rolled back, never "resumed".
+
+    Pure (it only reads): ``--dry-run`` reports the same decision that a real run carries out.
+    """
+    if not os.path.lexists(target.ws):
+        return None
+    journal = read_journal(target)
+    if journal is None:
+        foreign = foreign_entries(target.ws) if os.path.isdir(target.ws) and not os.path.islink(target.ws) else ["."]
+        if foreign:
+            shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+            raise MigrateRefused(f"{target.ws} is where migrate keeps its workspace, but it holds what no "
+                                 f"migrate run leaves there ({shown}) and no journal: nothing was changed "
+                                 "or removed", f"move {target.ws} away (it may be your data), then run "
+                                               "clef-format migrate again")
+        return Decision(Action.REMOVE, "removed an interrupted run's workspace (it held no journal, so nothing in it "
+                                       "was needed)", None)
+    phase = journal.phase
+    what = f"{journal.revision} {journal.direction}"
+    other = wanted != ANY_STEP and wanted != journal.step
+    if other and phase != "staging" and not abort:
+        # this run goes elsewhere (e.g. back to the layout the interrupted one started from): finishing
+        # the interrupted step first would discard the original tree only to rebuild it from the result
+        # (int8 tables decoded, not the original BF16); undo it instead, exactly as --abort does
+        decided = _decide(target, source_ck, True, ANY_STEP)
+        if decided is not None and decided.action is not Action.CLEANUP:
+            return Decision(decided.action, f"{decided.note} (this run goes to another layout)", decided.journal)
+        return decided
+    swapped = phase is Phase.SWAPPED or (phase is Phase.STAGED and _swapped(target, journal))
+    parked = os.path.isdir(target.new) or os.path.isdir(target.old)  # complete by construction (_discard)
+    made_output = journal.in_place is False and not parked  # an --output that did not exist before
+    if swapped and abort and parked:
+        return Decision(Action.UNSWAP, f"rolled back the interrupted migration {what}: it had swapped its new tree in, "
+                                       f"and the original tree, still complete in the workspace, is back at "
+                                       f"{target.path}", journal)
+    if swapped and abort and made_output:
+        return Decision(Action.UNSWAP, f"rolled back the interrupted migration {what}: removed the output "
+                                       f"{target.path} it had created (the source was never changed)", journal)
+    if swapped:
+        note = f"the interrupted migration {what} had completed; finished its cleanup"
+        if abort:
+            note += (" (it cannot be rolled back: its cleanup had already removed the original tree; "
+                     "migrate --to the previous layout goes back)")
+        return Decision(Action.CLEANUP, note, journal)
+    if phase is Phase.STAGED and not os.path.lexists(target.path) and os.path.isdir(target.old):
+        if abort:
+            return Decision(Action.UNSWAP, f"rolled back the interrupted migration {what}: the original tree is back "
+                                           f"at {target.path}", journal)
+        return Decision(Action.FINISH_FALLBACK, f"finished the interrupted migration {what} (its new tree was "
+                                                "complete)", journal)
+    if abort:
+        return Decision(Action.REMOVE, f"rolled back the interrupted migration {what}; the checkpoint was never "
+                                       "changed", journal)
+    if phase is Phase.STAGED and source_ck is not None and journal.fingerprint == fingerprint(source_ck):
+        return Decision(Action.SWAP, f"finished the interrupted migration {what} (its new tree was complete and "
+                                     "verified)", journal)
+    if phase is Phase.STAGING and source_ck is not None and journal.fingerprint != fingerprint(source_ck):
+        return Decision(Action.REMOVE, f"rolled back the interrupted migration {what}: the checkpoint changed since",
+                        journal)
+    if phase is Phase.STAGING and wanted != ANY_STEP and wanted != journal.step:
+        now = "has nothing to do" if wanted is None else f"runs {wanted[0]} {wanted[1]}"
+        return Decision(Action.REMOVE, f"rolled back the interrupted migration {what}: this run {now}, so none of it "
+                                       "was needed", journal)
+    if phase is Phase.STAGING:
+        return Decision(Action.RESUME, f"resuming the interrupted migration {what}", journal)
+    return Decision(Action.REMOVE, f"rolled back the interrupted migration {what}: the checkpoint changed since", journal)
+
+
+def can_roll_back(target: Target) -> bool:
+    """Whether ``--abort`` would undo the interrupted run at ``target`` (not once its cleanup began
+    removing the original tree: then it can only be finished)."""
+    decided = _decide(target, None, True)
+    return decided is None or decided.action is not Action.CLEANUP
+
+
+def pending_recovery(target: Target, source_ck: Checkpoint | None, abort: bool = False,
+                     wanted: tuple[str, str] | None = ANY_STEP) -> str | None:
+    """What the next run (with ``abort``) will do about an interrupted one, said before doing it."""
+    decided = _decide(target, source_ck, abort, wanted)
+    return None if decided is None or decided.action is Action.RESUME else decided.note
+
+
+def _unswap(target: Target) -> None:
+    """Put the original tree back where it was, the new one into the workspace (then removed)."""
+    if os.path.isdir(target.new) and os.path.lexists(target.path):
+        fsutil.exchange(target.new, target.path)  # the exchange of the swap, done again
+        fsutil.fsync_dir(target.parent)
+        fsutil.fsync_dir(target.ws)
+    elif os.path.isdir(target.old):  # the fallback swap: the original was renamed aside
+        if os.path.lexists(target.path):
+            os.rename(target.path, target.new)
+            fsutil.fsync_dir(target.ws)
+        os.rename(target.old, target.path)
+        fsutil.fsync_dir(target.parent)
+    elif os.path.lexists(target.path):  # an output that did not exist before (the journal says out of place)
+        os.rename(target.path, target.new)
+        fsutil.fsync_dir(target.parent)
+    _rmtree(target.ws)
+    fsutil.fsync_dir(target.parent)
+
+
+def recover(target: Target, source_ck: Checkpoint | None, abort: bool = False,
+            wanted: tuple[str, str] | None = ANY_STEP) -> str | None:
+    """Deal with an interrupted run before anything else (the lock is held). Returns what was done."""
+    decided = _decide(target, source_ck, abort, wanted)
+    if decided is None:
+        return None
+    action, journal = decided.action, decided.journal
+    if action is Action.REMOVE:
+        _rmtree(target.ws)
+    elif action is Action.UNSWAP:
+        _unswap(target)
+    elif action is Action.CLEANUP:
+        assert journal is not None
+        if journal.phase is Phase.STAGED:
+            journal.phase = Phase.SWAPPED
+            write_journal(target, journal)
+        _cleanup_or_say(target)
+    elif action is Action.FINISH_FALLBACK:
+        assert journal is not None
+        os.rename(target.new, target.path)  # killed between the two renames of the fallback swap
+        fsutil.fsync_dir(target.parent)
+        journal.phase = Phase.SWAPPED
+        write_journal(target, journal)
+        _cleanup_or_say(target)
+    elif action is Action.SWAP:
+        assert journal is not None
+        _swap(target, journal)
+        _cleanup_or_say(target)
+    return decided.note

@@ -1,0 +1,365 @@
+"""The workspace of a run and its on-disk records: the target and the names beside it, the lock,
+the journal (the on-disk contract of crash safety) and the source's fingerprint.
+
+A run for target directory ``T`` (in place: the checkpoint itself; else ``--output``) works in a
+sibling workspace ``.T.clef-migrate/`` and holds ``.T.clef-migrate.lock`` (``flock``; the kernel
+drops it when the process dies, so a SIGKILL never leaves a stale lock).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import stat
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from clef_format.errors import MigrateRefused
+from clef_format.migrate import fsutil
+from clef_format.migrate.crash import crashpoint
+from clef_format.read.checkpoint import Checkpoint
+
+JOURNAL_VERSION = 1
+
+
+@dataclass
+class Target:
+    """Where the result lands, and the workspace beside it."""
+
+    path: str
+    source: str
+    in_place: bool
+
+    @property
+    def parent(self) -> str:
+        return os.path.dirname(self.path)
+
+    @property
+    def ws(self) -> str:
+        return os.path.join(self.parent, f".{os.path.basename(self.path)}{_WS_SUFFIX}")
+
+    @property
+    def lock_path(self) -> str:
+        return os.path.join(self.parent, f".{os.path.basename(self.path)}{_LOCK_SUFFIX}")
+
+    @property
+    def journal_path(self) -> str:
+        return os.path.join(self.ws, "journal.json")
+
+    @property
+    def new(self) -> str:
+        return os.path.join(self.ws, "new")
+
+    @property
+    def old(self) -> str:
+        return os.path.join(self.ws, "old")
+
+
+_WS_SUFFIX, _LOCK_SUFFIX = ".clef-migrate", ".clef-migrate.lock"
+
+
+def workspace_owner(name: str) -> str | None:
+    """The target name whose workspace or lock ``name`` is (``.T.clef-migrate[.lock]`` -> ``T``), else None.
+    The one home of the naming rule: such a name is migrate's, never a place for a user's folder."""
+    for suffix in (_LOCK_SUFFIX, _WS_SUFFIX):
+        if name.startswith(".") and name.endswith(suffix) and len(name) > len(suffix) + 1:
+            return name[1:-len(suffix)]
+    return None
+
+
+def foreign_entries(ws: str) -> list[str]:
+    """What a workspace without a journal holds that migrate cannot have left there. A run leaves a
+    journal-less workspace only before its journal is first written (an empty ``new/``, a partial
+    ``journal.json.tmp``) or after the cleanup removed the journal (empty): anything else is someone's
+    data (an ``--output`` given that name, a user's copy) and is never deleted as litter."""
+    out: list[str] = []
+
+    def unlistable(exc: OSError) -> None:  # never delete what could not be looked at
+        out.append(f"{os.path.relpath(exc.filename, ws) if exc.filename else '.'} (cannot be listed: {exc.strerror})")
+
+    for dirpath, dirnames, filenames in os.walk(ws, onerror=unlistable):
+        for name in filenames:
+            rel = os.path.relpath(os.path.join(dirpath, name), ws)
+            if rel != "journal.json.tmp":
+                out.append(rel)
+        for name in dirnames:
+            if os.path.islink(os.path.join(dirpath, name)):
+                out.append(os.path.relpath(os.path.join(dirpath, name), ws))
+    return sorted(out)
+
+
+def foreign_lock(path: str) -> str | None:
+    """Why what lies at a lock path is not a lock migrate may take (None: nothing there, or a lock file).
+    A lock migrate wrote is a regular file holding a pid; a symlink is never followed (it could lead to
+    anyone's file, which taking the lock would truncate), and any other content is someone's data."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"it cannot be examined ({exc.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        return "a symlink has the name migrate keeps for its lock"
+    if stat.S_ISDIR(st.st_mode):
+        return "a directory has the name migrate keeps for its lock"
+    if not stat.S_ISREG(st.st_mode):
+        return "something other than a file has the name migrate keeps for its lock"
+    if st.st_size > 64:
+        return f"a file of {st.st_size} bytes has the name migrate keeps for its lock (a lock holds only a pid)"
+    try:
+        with open(path, "rb") as fh:
+            content = fh.read(65)
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror})"
+    if content.strip() and not content.strip().isdigit():
+        return "a file that is not a lock (it holds more than a pid) has the name migrate keeps for its lock"
+    return None
+
+
+def make_target(source: str, output: str | None) -> Target:
+    """Both ends resolved: a symlinked checkpoint or ``--output`` is the folder it leads to (so the
+    workspace lands beside that folder, and a symlink is never swapped away in its place)."""
+    src = os.path.realpath(source)
+    if output is None:
+        return Target(src, src, True)
+    out = os.path.abspath(output)
+    if os.path.islink(out):
+        out = os.path.realpath(out)
+    return Target(os.path.join(os.path.realpath(os.path.dirname(out)), os.path.basename(out)), src, False)
+
+
+# ---- lock ----------------------------------------------------------------------------------
+
+class Lock:
+    """An exclusive, non-blocking flock on the target's lock file; refused when another run holds it."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.fd: int | None = None
+
+    def __enter__(self) -> "Lock":
+        import fcntl
+
+        from clef_format.read.hf_cache import cache_area
+
+        path = self.target.lock_path
+        area = cache_area(path)
+        if area:
+            raise MigrateRefused(f"{path} would lie inside a Hugging Face cache ({area}), which is never "
+                                 "written", "use --output DIR outside the cache")
+        for _ in range(5):
+            foreign = foreign_lock(path)
+            if foreign:
+                raise MigrateRefused(f"cannot take the lock {path}: {foreign}; nothing was written",
+                  f"move {path} away (it may be your data), then run clef-format migrate again")
+            try:  # never through a symlink, even one put there since the check above
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.EISDIR):
+                    continue  # replaced between the check and the open: the check says what it is now
+                raise MigrateRefused(f"cannot create the lock {path}: {exc.strerror}",
+                  "the directory (or its parent) is read-only: use --output DIR on a writable disk") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    os.close(fd)
+                    raise MigrateRefused(f"cannot take the lock {path}: {exc.strerror}; nothing was written",
+                      "run it again; if it persists, the filesystem does not support flock: "
+                      "use --output DIR on a local disk") from None
+                try:
+                    holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+                except OSError:
+                    holder = "?"
+                os.close(fd)
+                raise MigrateRefused(f"another clef-format migrate (pid {holder}) is working on {self.target.path}",
+                                     "wait for it to finish; a killed run's lock is released by the kernel") from None
+            try:
+                try:
+                    same = os.fstat(fd).st_ino == os.stat(path).st_ino
+                except FileNotFoundError:
+                    same = False
+                if same:
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, str(os.getpid()).encode(), 0)
+            except OSError as exc:
+                self._drop(fd)
+                raise MigrateRefused(f"cannot record the lock {path}: {exc.strerror or exc}; nothing was "
+                                     "written", "free the cause (disk, permissions) and run it again") from None
+            if same:
+                self.fd = fd
+                crashpoint("lock")
+                return self
+            os.close(fd)  # the previous holder removed the file after we opened it: take the new one
+        raise MigrateRefused(f"could not take the lock {path}")
+
+    def _drop(self, fd: int) -> None:
+        """Give up a lock taken but not recorded: remove its file (still held, so no other run has it)."""
+        try:
+            os.unlink(self.target.lock_path)
+        except OSError:
+            pass
+        os.close(fd)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            try:
+                os.unlink(self.target.lock_path)  # still held: a waiting run re-checks the inode and retries
+            except OSError:
+                pass
+            os.close(self.fd)
+            self.fd = None
+
+
+# ---- journal -------------------------------------------------------------------------------
+
+class Phase(str, Enum):
+    """Where a run stood when it last wrote its journal (the ``phase`` key, its string on disk)."""
+
+    STAGING = "staging"  # building ws/new; resumable
+    STAGED = "staged"  # ws/new complete and verified; the swap may be under way (``new_ino`` tells)
+    SWAPPED = "swapped"  # the new tree is at the target; only the cleanup is left
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+@dataclass
+class Journal:
+    """The on-disk contract of crash safety: ``ws/journal.json``, one JSON object whose keys and
+    their order are fixed (``to_json``). A field the file lacks, or holds with the wrong type, reads
+    as None (or empty): such a journal decides like an unknown one, it never raises."""
+
+    revision: str | None
+    direction: str | None
+    from_layout: str | None  # "from"
+    to_layout: str | None  # "to"
+    source: str | None
+    target: str | None
+    in_place: bool | None
+    phase: Phase | None  # None: a value no run writes
+    fingerprint: dict[str, list[int]] | None
+    done: dict[str, int] = field(default_factory=dict)  # output rel -> size, each file finished
+    quality: dict[str, dict[str, float]] = field(default_factory=dict)
+    new_ino: list[int] | None = None  # [st_dev, st_ino] of ws/new, written with phase staged
+    version: int = JOURNAL_VERSION
+
+    @property
+    def step(self) -> tuple[str | None, str | None]:
+        """(revision, direction): the step the run was staging."""
+        return self.revision, self.direction
+
+    @property
+    def phase_name(self) -> str:
+        return "unknown" if self.phase is None else self.phase.value
+
+    def pending(self) -> str:
+        """``REVISION DIRECTION (PHASE)``: what ``--current`` says waits."""
+        return f"{self.revision} {self.direction} ({self.phase_name})"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"version": self.version, "revision": self.revision, "direction": self.direction,
+                               "from": self.from_layout, "to": self.to_layout, "source": self.source,
+                               "target": self.target, "in_place": self.in_place,
+                               "phase": None if self.phase is None else self.phase.value,
+                               "fingerprint": self.fingerprint, "done": self.done, "quality": self.quality}
+        if self.new_ino is not None:
+            out["new_ino"] = self.new_ino
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Journal":
+        phase = data.get("phase")
+        in_place = data.get("in_place")
+        new_ino = data.get("new_ino")
+        fp, done, quality = data.get("fingerprint"), data.get("done"), data.get("quality")
+        return cls(revision=_text(data.get("revision")), direction=_text(data.get("direction")),
+                   from_layout=_text(data.get("from")), to_layout=_text(data.get("to")),
+                   source=_text(data.get("source")), target=_text(data.get("target")),
+                   in_place=in_place if isinstance(in_place, bool) else None,
+                   phase=Phase(phase) if phase in {p.value for p in Phase} else None,
+                   fingerprint=fp if isinstance(fp, dict) else None,
+                   done=done if isinstance(done, dict) else {}, quality=quality if isinstance(quality, dict) else {},
+                   new_ino=new_ino if isinstance(new_ino, list) else None,
+                   version=data.get("version", JOURNAL_VERSION))
+
+
+def read_journal(target: Target) -> Journal | None:
+    """The journal of the run at ``target``; None when there is none, or it is not one this version wrote."""
+    try:
+        with open(target.journal_path, "rb") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return Journal.from_json(data) if isinstance(data, dict) and data.get("version") == JOURNAL_VERSION else None
+
+
+def write_journal(target: Target, journal: Journal) -> None:
+    """Atomic: temp file, fsync, rename, fsync the workspace."""
+    crashpoint("journal")
+    tmp = target.journal_path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(journal.to_json(), fh, indent=1)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, target.journal_path)
+    fsutil.fsync_dir(target.ws)
+
+
+def fingerprint(ck: Checkpoint) -> dict[str, list[int]]:
+    """The source's state: size, mtime and inode of every file; a journal only resumes on the same
+    state. The inode tells a file replaced by another of the same size and mtime (a re-download or
+    copy that keeps times, renamed into place); an edit in place that restores the mtime is not seen."""
+    out = {}
+    for rel in sorted(ck.files):
+        st = os.stat(ck.path(rel))
+        out[rel] = [st.st_size, st.st_mtime_ns, st.st_ino]
+    return out
+
+
+def _refuse_mounts(path: str) -> None:
+    """Never delete through a mount: a filesystem (or bind mount) mounted at or below ``path`` holds
+    someone else's files, which ``rmtree`` would empty before failing on the mount point itself."""
+    from clef_format.migrate.tree_state import is_mount_point, mount_points
+
+    if os.path.islink(path) or not os.path.isdir(path):
+        return
+    inner = ["."] if is_mount_point(path) else mount_points(path)
+    if inner:
+        raise OSError(errno.EBUSY, f"{os.path.join(path, inner[0]) if inner[0] != '.' else path} is a mount point: "
+                                   "nothing below it is deleted (unmount it, then run again)", path)
+
+
+def _rmtree(path: str) -> None:
+    """Delete a tree migrate made (workspace, old tree). A folder without write or search permission
+    is opened up first (it is ours to delete); anything that still cannot go raises ``OSError``."""
+    if not os.path.lexists(path):
+        return
+    _refuse_mounts(path)
+    failed: list[BaseException] = []
+
+    def onexc(func: Any, p: str, exc: Any) -> None:
+        err = exc[1] if isinstance(exc, tuple) else exc
+        if func in (os.rmdir, os.unlink, os.remove) or func is os.lstat:
+            target = os.path.dirname(p)
+        else:  # os.open / os.scandir of the folder itself could not list it
+            target = p
+        try:
+            if not os.path.islink(target):
+                os.chmod(target, 0o700)
+        except OSError:
+            failed.append(err)
+
+    for _ in range(3):
+        failed.clear()
+        shutil.rmtree(path, onerror=onexc)
+        if not os.path.lexists(path):
+            return
+    err = failed[0] if failed else None
+    if isinstance(err, OSError):
+        raise OSError(err.errno, f"cannot delete {path}: {err.strerror}", err.filename)
+    raise OSError(errno.ENOTEMPTY, f"cannot delete {path}", path)
