@@ -80,7 +80,7 @@ CODES: dict[str, str] = {
     "copy-broken": "scan: a copy found on this machine that verify calls BROKEN (its row holds the full report)",
     "copy-unreadable": "scan: a copy (or a folder that may hold one) could not be read or listed; the scan went on",
     "scan-limit": "scan stopped descending (depth or entry cap): copies further down were not looked for",
-    "global-scale-mismatch": "shards vLLM fuses into one layer (in_proj_qkv/in_proj_z, q/k/v, gate/up) store different NVFP4 global scales: vLLM keeps the largest, and the other shards decode scaled down (warning)",
+    "global-scale-mismatch": "shards vLLM fuses into one layer (in_proj_qkv/in_proj_z, q/k/v, gate/up) store different NVFP4 global scales: vLLM keeps the largest, and the other shards decode scaled down, with reduced accuracy (vLLM's own log)",
     "head-code-invalid": "joint_schema_model.py is not valid Python (the plugin fails to import it at start); as info: it could not be read statically (over the size limit, nested too deeply, no JointSchemaHead class) and the head is checked from the known facts",
     "head-names-inferred": "a head tensor differs from the names clef-format infers for the joint head; only a note (info): the checkpoint's own joint_schema_model.py and the known facts decide",
     "dtype-cast": "float tensors are stored in another float dtype than config.json's torch_dtype (or the scheme's): vLLM and transformers cast them on load (warning)",

@@ -245,13 +245,13 @@ def test_fused_shards_with_different_global_scales(fresh: Callable[..., Path], b
     _set_scales(root, "weight_global_scale", {other: 39680.0, module: 35840.0})
     report = verify(str(root))
     (f,) = [f for f in report.findings if f.code == "global-scale-mismatch"]
-    assert f.severity == "warning" and not [e for e in report.findings if e.severity == "error"]
+    assert f.severity == "error" and [e.code for e in report.findings if e.severity == "error"] == [f.code]
     short = module.rsplit(".", 1)[1]
     assert "ratio 0.903" in f.message and f"{short}'s weights are decoded scaled by 0.903" in f.message
     assert "keeps the largest" in f.message and f"{other.rsplit('.', 1)[1]} and {short}" in (f.fix or "")
 
 
-def test_layers_of_one_kind_fold_into_one_warning(fresh: Callable[..., Path]) -> None:
+def test_layers_of_one_kind_fold_into_one_error(fresh: Callable[..., Path]) -> None:
     root = fresh("layout-2", "nvfp4")
     la = "model.language_model.layers.{}.linear_attn"
     _set_scales(root, "weight_global_scale", {f"{la.format(0)}.in_proj_z": 35840.0, f"{la.format(1)}.in_proj_qkv": 30720.0,
