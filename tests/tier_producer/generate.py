@@ -50,20 +50,31 @@ def _mixed(first: str, rest: str) -> dict[str, Any]:
             "group_1": preset_name_to_scheme("NVFP4", [rest])}
 
 
+def _preset(name: str, group_size: int) -> dict[str, Any]:
+    """A preset scheme of compressed-tensors with a group size that divides the tiny widths (64, 128)."""
+    from compressed_tensors.quantization import preset_name_to_scheme
+
+    scheme = preset_name_to_scheme(name, ["Linear"])
+    scheme.weights = scheme.weights.model_copy(update={"group_size": group_size})
+    return {"group_0": scheme}
+
+
 KV_FP8 = {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True}
 
 #: name -> (QuantizationModifier keyword arguments, needs calibration data, save_pretrained extras).
-OUTPUTS: dict[str, tuple[Callable[[], dict[str, Any]], bool, dict[str, Any]]] = {
+#: "bf16" is the unquantized model itself: the oracle learns from it what vLLM says about the machine.
+OUTPUTS: dict[str, tuple[Callable[[], dict[str, Any]] | None, bool, dict[str, Any]]] = {
+    "bf16": (None, False, {}),
     "fp8-dynamic": (lambda: {"scheme": "FP8_DYNAMIC"}, False, {}),
     "fp8-static": (lambda: {"scheme": "FP8"}, True, {}),
     "fp8-block": (lambda: {"scheme": "FP8_BLOCK"}, False, {}),
     "fp8-weight-only": (lambda: {"config_groups": _fp8_weight_only()}, False, {}),
     "nvfp4": (lambda: {"scheme": "NVFP4"}, True, {}),
     "nvfp4a16": (lambda: {"scheme": "NVFP4A16"}, False, {}),
-    "w4a16": (lambda: {"scheme": "W4A16"}, False, {}),
-    "w4a16-asym": (lambda: {"scheme": "W4A16_ASYM"}, False, {}),
-    "w8a16": (lambda: {"scheme": "W8A16"}, False, {}),
-    "w8a8-int8": (lambda: {"scheme": "W8A8"}, True, {}),
+    "w4a16-g32": (lambda: {"config_groups": _preset("W4A16", 32)}, False, {}),
+    "w4a16-asym-g32": (lambda: {"config_groups": _preset("W4A16_ASYM", 32)}, False, {}),
+    "w8a16-g32": (lambda: {"config_groups": _preset("W8A16", 32)}, False, {}),
+    "w8a8-int8": (lambda: {"scheme": "W8A8"}, False, {}),
     "fp8-dynamic-kv-fp8": (lambda: {"scheme": "FP8_DYNAMIC", "kv_cache_scheme": dict(KV_FP8)}, True, {}),
     "mixed-vllm-named": (lambda: {"config_groups": _mixed(layer_range_regex(0, SPLIT - 1),
                                                           layer_range_regex(SPLIT, NUM_LAYERS - 1))}, True, {}),
@@ -84,6 +95,16 @@ def tiny_model(seed: int = 0) -> Any:
     config = Qwen3_5Config(**cfg)
     config.architectures = ["Qwen3_5ForConditionalGeneration"]
     return Qwen3_5ForConditionalGeneration(config).to(torch.bfloat16).eval()
+
+
+def tokenizer(vocab: int) -> Any:
+    """A word-level tokenizer over the tiny vocabulary: llm-compressor wants a processor beside a dataset."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab)}, unk_token="t0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0", pad_token="t1")
 
 
 def calibration(vocab: int, samples: int = 8, length: int = 32) -> Any:
@@ -108,11 +129,15 @@ def produce(name: str, base: Path, out: Path) -> dict[str, Any]:
     from transformers import Qwen3_5ForConditionalGeneration
 
     kwargs, calibrate, save_extra = OUTPUTS[name]
+    if kwargs is None:
+        shutil.copytree(base, out)
+        return {"recipe": None, "calibrated": False}
     model = Qwen3_5ForConditionalGeneration.from_pretrained(base, dtype=torch.bfloat16)
     modifier = QuantizationModifier(targets="Linear", ignore=list(KEEP_BF16), **kwargs())
     args: dict[str, Any] = {"model": model, "recipe": modifier}
     if calibrate:
-        args.update(dataset=calibration(model.config.text_config.vocab_size), num_calibration_samples=8,
+        vocab = model.config.text_config.vocab_size
+        args.update(dataset=calibration(vocab), processor=tokenizer(vocab), num_calibration_samples=8,
                     max_seq_length=32)
     model = oneshot(**args)
     model.save_pretrained(out, save_compressed=True, **save_extra)
