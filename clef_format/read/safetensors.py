@@ -229,3 +229,24 @@ def read_header(path: str | os.PathLike[str]) -> Header:
     if len(raw) != n:
         raise HeaderError("truncated", "file shrank while reading the header")
     return parse_header(raw, file_size)
+
+
+#: dtypes ``read_scalars`` decodes (``memoryview.cast`` formats: no ``struct`` import on the structure path).
+_SCALAR_FORMATS = {"F32": "f", "F64": "d"}
+
+
+def read_scalars(path: str | os.PathLike[str], header: Header, names: list[str]) -> dict[str, float]:
+    """The values of one-element F32/F64 tensors of one file, read at their header offsets (a few bytes
+    each, one open): global scales and the like, without loading tensors. Other entries are left out."""
+    out: dict[str, float] = {}
+    wanted = [(header.tensors[n], n) for n in names if n in header.tensors]
+    wanted = [(info, n) for info, n in wanted if info.dtype in _SCALAR_FORMATS and info.numel == 1]
+    if not wanted:
+        return out
+    with open(path, "rb") as fh:
+        for info, name in sorted(wanted, key=lambda w: w[0].begin):
+            fh.seek(header.data_start + info.begin)
+            raw = fh.read(info.nbytes)
+            if len(raw) == info.nbytes:
+                out[name] = float(memoryview(raw).cast(_SCALAR_FORMATS[info.dtype])[0])
+    return out

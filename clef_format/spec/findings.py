@@ -77,6 +77,7 @@ CODES: dict[str, str] = {
     "config-invalid": "a config.json value vLLM or transformers refuses, or that makes them build a model these weights do not fit (a JSON type transformers' strict config classes refuse, architectures, model_type, activations, RoPE, vision heads, special token ids, tied tables)",
     "head-config-invalid": "the joint head config contradicts itself or its tensors (heads must divide width; the feedforward width)",
     "vllm-unproven": "the pattern rules for the --vllm-version asked about are extrapolated from the version table, not proven against that vLLM (info)",
+    "global-scale-mismatch": "shards vLLM fuses into one layer (in_proj_qkv/in_proj_z, q/k/v, gate/up) store different NVFP4 global scales: vLLM keeps the largest, and the other shards decode scaled down (warning)",
 }
 
 #: Codes that mean the command could not run: the CLI exits 2 when a report holds one of them.

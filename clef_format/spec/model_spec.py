@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from typing import Any, Mapping
 
 from clef_format.spec.layouts import EMBED_TOKENS, LM_HEAD
-from clef_format.spec.schemes import DEFAULT_MODEL_DTYPE, TORCH_DTYPES
+from clef_format.spec.schemes import DEFAULT_MODEL_DTYPE, TORCH_DTYPES, ParamSpec
 
 TEXT_PREFIX = "model.language_model"
 VISION_PREFIX = "model.visual"
@@ -217,6 +217,26 @@ def table_names(cfg: ModelConfig) -> tuple[str, str]:
 
 def layer_prefix(cfg: ModelConfig, i: int) -> str:
     return f"{text_prefix(cfg)}.layers.{i}"
+
+
+def kv_cache_params(cfg: ModelConfig) -> dict[str, ParamSpec]:
+    """The KV-cache scales compressed-tensors stores when ``quantization_config.kv_cache_scheme`` is set:
+    ``self_attn.k_scale`` / ``v_scale`` (``k_zero_point`` / ``v_zero_point`` when asymmetric) on every
+    full-attention layer (the linear-attention layers hold no KV cache), one scale per tensor. vLLM's
+    ``QuantizationConfig.get_cache_scale_mapper`` (0.28 and 0.33) renames ``.self_attn.k_scale`` to
+    ``.self_attn.attn.k_scale``, the scale of the layer's ``Attention``, and loads it."""
+    kv = (cfg.quantization or {}).get("kv_cache_scheme")
+    if not isinstance(kv, dict) or not kv:
+        return {}
+    scale = ParamSpec(tuple(dict.fromkeys(("F32", cfg.dtype))), ((1,), ()))
+    names = ["k_scale", "v_scale"]
+    if kv.get("symmetric", True) is False:
+        names += ["k_zero_point", "v_zero_point"]
+    out: dict[str, ParamSpec] = {}
+    for i, kind in enumerate(cfg.text.layer_types):
+        if kind == "full_attention":
+            out.update({f"{layer_prefix(cfg, i)}.self_attn.{n}": scale for n in names})
+    return out
 
 
 def linear_modules(cfg: ModelConfig) -> list[LinearSpec]:

@@ -216,17 +216,68 @@ def params_by_module(tensors: Mapping[str, TensorInfo], modules: Iterable[str]) 
 
 
 def stored_scheme(params: Mapping[str, TensorInfo]) -> str | None:
-    """The scheme a module's stored parameters imply (suffix -> header entry), or ``None`` if none fits.
+    """One of this module's three schemes the stored parameters fit (suffix -> header entry), or ``None``.
 
-    ``weight_packed`` means NVFP4, an F8_E4M3 ``weight`` means FP8, a float ``weight`` unquantized.
+    The fallback of the backbone check when the config cannot be resolved: an NVFP4 ``weight_packed``
+    (U8) means NVFP4, an F8_E4M3 ``weight`` FP8, a float ``weight`` unquantized. What vLLM may build from
+    a layout is ``stored_layout`` with ``vllm_rules.matching.LAYOUT_SCHEMES``.
     """
-    if "weight_packed" in params:
-        return NVFP4_W4A4
+    layout = stored_layout(params)
+    return {LAYOUT_NVFP4: NVFP4_W4A4, LAYOUT_NVFP4_A16: NVFP4_W4A4, LAYOUT_FP8: FP8_W8A8,
+            LAYOUT_FP8_STATIC: FP8_W8A8, UNQUANTIZED: UNQUANTIZED}.get(layout or "")
+
+
+# ----------------------------------------------------------------------------- stored layouts
+#
+# What a module's stored tensors say by themselves (dtypes of the weight and its scales, which parameters
+# exist), before the config group says which scheme of that layout was meant: an FP8 ``weight`` without an
+# ``input_scale`` is FP8 W8A8 with dynamic activations or FP8 W8A16 (weight-only) alike, an I32
+# ``weight_packed`` is int4 or int8 packed for WNA16 and the int W4A8/W8A8 kernels alike.
+
+#: layout -> what it looks like (messages name a layout by the schemes it fits and this).
+LAYOUT_NVFP4 = NVFP4_W4A4
+LAYOUT_NVFP4_A16 = "nvfp4-w4a16"
+LAYOUT_MXFP4 = "mxfp4"
+LAYOUT_INT_PACKED = "int-packed"
+LAYOUT_INT8 = "int8"
+LAYOUT_FP8 = "fp8"
+LAYOUT_FP8_STATIC = "fp8-static"
+LAYOUT_MXFP8 = "mxfp8"
+LAYOUTS = {
+    UNQUANTIZED: "float weight",
+    LAYOUT_NVFP4: "weight_packed U8, F8_E4M3 group scales, input_global_scale",
+    LAYOUT_NVFP4_A16: "weight_packed U8, F8_E4M3 group scales, no input_global_scale",
+    LAYOUT_MXFP4: "weight_packed U8, U8 exponent scales",
+    LAYOUT_INT_PACKED: "int weights packed in I32 weight_packed",
+    LAYOUT_INT8: "I8 weight",
+    LAYOUT_FP8: "F8_E4M3 weight, no input_scale",
+    LAYOUT_FP8_STATIC: "F8_E4M3 weight with a static input_scale",
+    LAYOUT_MXFP8: "F8_E4M3 weight, U8 exponent scales",
+}
+
+
+def stored_layout(params: Mapping[str, TensorInfo]) -> str | None:
+    """The layout of a module's stored parameters (suffix -> header entry): ``UNQUANTIZED`` for a float
+    ``weight``, one of the ``LAYOUT_*`` names, or ``None`` when no layout fits (no weight at all)."""
+    packed = params.get("weight_packed")
+    scale = params.get("weight_scale")
+    if packed is not None:
+        if packed.dtype == "I32":
+            return LAYOUT_INT_PACKED
+        if packed.dtype == "U8":
+            if scale is not None and scale.dtype == "U8":
+                return LAYOUT_MXFP4
+            return LAYOUT_NVFP4 if "input_global_scale" in params else LAYOUT_NVFP4_A16
+        return None
     weight = params.get("weight")
     if weight is None:
         return None
     if weight.dtype == "F8_E4M3":
-        return FP8_W8A8
+        if scale is not None and scale.dtype == "U8":
+            return LAYOUT_MXFP8
+        return LAYOUT_FP8_STATIC if "input_scale" in params else LAYOUT_FP8
+    if weight.dtype == "I8":
+        return LAYOUT_INT8
     if weight.dtype in FLOAT_DTYPES:
         return UNQUANTIZED
     return None
@@ -260,6 +311,30 @@ def scheme_problems(scheme: str, params: Mapping[str, TensorInfo], out_features:
 def scheme_bytes_per_weight(scheme: str) -> float:
     """Approximate bytes per weight element in GPU memory (weights plus their scales)."""
     return {UNQUANTIZED: 2.0, FP8_W8A8: 1.0, NVFP4_W4A4: 0.5 + 1 / NVFP4_GROUP}[scheme]
+
+
+def weight_bytes(weights: Mapping[str, Any] | None, out_features: int, in_features: int, model_bytes: int = 2) -> int:
+    """Bytes one Linear module's weights take in GPU memory under a config group's ``weights`` args (None:
+    unquantized, ``model_bytes`` per weight): ``num_bits`` per weight, plus its scales (FP8 E4M3 for
+    NVFP4's groups, F32 for FP8's, the model's dtype for int's), plus the packed zero points when
+    asymmetric. Per-tensor scales are a few bytes and left out."""
+    if not weights:
+        return out_features * in_features * model_bytes
+    bits = int(weights.get("num_bits", 8))
+    wtype = str(weights.get("type", "int")).lower()
+    total = _cdiv(out_features * in_features * bits, 8)
+    scale_bytes = 1 if wtype == "float" and bits == 4 else 4 if wtype == "float" else model_bytes
+    if str(weights.get("scale_dtype") or "").endswith(("uint8", "float8_e4m3fn", "float8_e8m0fnu")):
+        scale_bytes = 1
+    strategy = _strategy(weights)
+    shapes = _scale_shapes(weights, out_features, in_features)[0] if strategy != "tensor" else (1,)
+    scales = 1
+    for dim in shapes:
+        scales *= dim
+    total += scales * scale_bytes
+    if weights.get("symmetric", True) is False:
+        total += _cdiv(scales * bits, 8)
+    return total
 
 
 # ----------------------------------------------------------------------------- config facts of compressed-tensors

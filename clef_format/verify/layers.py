@@ -1,7 +1,7 @@
 """Per-layer view: what vLLM builds for each decoder layer, and whether the weights fit a 16 GB card.
 
-Pure: takes config.json (a dict), returns rows and a memory estimate. Weight bytes per scheme come
-from ``schemes.scheme_bytes_per_weight``; the tables (embed_tokens, lm_head) are counted as vLLM
+Pure: takes config.json (a dict), returns rows and a memory estimate. Weight bytes per layer come
+from ``schemes.weight_bytes`` (the group's bits per weight and its scales); the tables (embed_tokens, lm_head) are counted as vLLM
 holds them for a layout-2 checkpoint served by the clef plugin when ``int8_tables`` is set.
 """
 
@@ -47,10 +47,12 @@ class LayersView:
         return d
 
 
-def _bytes(scheme: str | None, numel: int) -> int:
-    if scheme is None or scheme not in (schemes.UNQUANTIZED, schemes.FP8_W8A8, schemes.NVFP4_W4A4):
-        scheme = schemes.UNQUANTIZED  # unknown schemes: count as BF16 (an upper bound)
-    return int(numel * schemes.scheme_bytes_per_weight(scheme))
+def _bytes(d: matching.Decision, entry: matching.Entry | None, out_features: int, in_features: int) -> int:
+    """The layer's weight bytes under the scheme vLLM builds (its group's bits and scales); a layer vLLM
+    cannot build, or builds unquantized, counts as BF16 (an upper bound)."""
+    if d.error is not None or d.scheme == schemes.UNQUANTIZED or entry is None:
+        return schemes.weight_bytes(None, out_features, in_features)
+    return schemes.weight_bytes(entry.weights.raw, out_features, in_features)
 
 
 def layers_view(config: Mapping[str, Any], int8_tables: bool = True, version: str = vllm_names.DEFAULT_VLLM) -> LayersView:
@@ -58,6 +60,8 @@ def layers_view(config: Mapping[str, Any], int8_tables: bool = True, version: st
     cfg = parse_config(dict(config))
     model = vllm_names.build(cfg, version)
     decisions = {d.layer: d for d in matching.resolve_vllm(config, version)}
+    targets = (matching.vllm_view(matching.parse_quant_config(cfg.quantization, version), model).targets
+               if cfg.quantization is not None else {})
     per_layer: dict[int, dict[str, str]] = {}
     layer_bytes: dict[int, int] = {}
     other: dict[str, set[str]] = {}
@@ -65,7 +69,7 @@ def layers_view(config: Mapping[str, Any], int8_tables: bool = True, version: st
     for layer in model.layers:
         d = decisions[layer.name]
         label = d.scheme if d.error is None else f"error: {d.error_kind}"
-        size = _bytes(d.scheme, layer.out_features * layer.in_features)
+        size = sum(_bytes(d, targets.get(d.target or ""), s.out_features, s.in_features) for s in layer.shards)
         if layer.group == "lm_head" and int8_tables and d.scheme == schemes.UNQUANTIZED:
             size = layer.out_features * (layer.in_features + 4)  # int8 rows + one F32 scale per row
         total += size

@@ -442,6 +442,49 @@ def classify(e: Entry, top_format: str | None, layer: str = "", version: str = D
     raise VllmLayerError("NotImplementedError", f"No compressed-tensors compatible scheme was found for layer_name={layer!r} (format={fmt!r})")
 
 
+# ----------------------------------------------------------------------------- block shapes
+
+
+def output_partitions(layer: VllmLayer) -> list[int]:
+    """``output_partition_sizes`` of the layer at tensor parallel 1: one per logical weight. Qwen3.5's
+    ``in_proj_qkvz`` has four (``[key_dim, key_dim, value_dim, value_dim]``, ``create_qkvz_proj`` with
+    ``gqa_interleaved_layout`` False), the other fused layers one per HF shard."""
+    sizes = [s.out_features for s in layer.shards]
+    if layer.fused == "in_proj_qkvz" and len(sizes) == 2 and (sizes[0] - sizes[1]) % 2 == 0:
+        key_dim = (sizes[0] - sizes[1]) // 2
+        return [key_dim, key_dim, sizes[1], sizes[1]]
+    return sizes
+
+
+def _block(args: Args) -> tuple[int, int] | None:
+    block = args.raw.get("block_structure")
+    if isinstance(block, str):
+        rows, cols = (int(x) for x in block.split("x"))
+        return rows, cols
+    if isinstance(block, list) and len(block) == 2:
+        return int(block[0]), int(block[1])
+    return None
+
+
+def block_problem(layer: VllmLayer, entry: Entry, scheme: str | None) -> str | None:
+    """vLLM's ``validate_fp8_block_shape`` (``utils/fp8_utils.py``, called by the FP8 W8A8 and W8A16 schemes'
+    ``create_weights``) at tensor parallel 1: a merged layer's partitions but the last must be multiples of
+    block_n (its ValueError message), or None. (The input size is checked only when tensor parallelism
+    splits it; compressed-tensors' config has no ``weight_block_size``, so the linear layer's mismatch
+    allowance never applies.)"""
+    if scheme not in (schemes.FP8_W8A8, FP8_W8A16) or entry.weights.strategy != "block":
+        return None
+    block = _block(entry.weights)
+    sizes = output_partitions(layer)
+    if block is None or len(sizes) < 2:
+        return None
+    for size in sizes[:-1]:
+        if block[0] and size % block[0] != 0:
+            return (f"Weight output_partition_size = {size} is not divisible by weight quantization "
+                    f"block_n = {block[0]}.")
+    return None
+
+
 # ----------------------------------------------------------------------------- vLLM view
 
 
@@ -604,15 +647,49 @@ def resolve_hf(cfg: ModelConfig, qc: QuantConfig) -> Mapping[str, HfDecision]:
 # ----------------------------------------------------------------------------- stored tensors
 
 
+#: The schemes vLLM builds whose parameters a stored layout fills (``schemes.stored_layout``): the tensors
+#: pick the layout, the config group (its ``input_activations``, their ``dynamic`` flag) the scheme within it.
+#: Read from each scheme class's ``create_weights`` (vLLM 0.28/0.33): WNA16, WNA8/WNA4 Int and W4A8 Int pack
+#: int weights into I32 ``weight_packed``; W8A8 Int8 and WNA8O8 Int keep an I8 ``weight``; FP8 W8A8 (dynamic
+#: activations) and W8A16 store no ``input_scale``, static FP8 W8A8 does.
+LAYOUT_SCHEMES: dict[str, frozenset[str]] = {
+    schemes.UNQUANTIZED: frozenset({schemes.UNQUANTIZED}),
+    schemes.LAYOUT_NVFP4: frozenset({schemes.NVFP4_W4A4}),
+    schemes.LAYOUT_NVFP4_A16: frozenset({NVFP4_W4A16}),
+    schemes.LAYOUT_MXFP4: frozenset({MXFP4, MXFP4_W4A8}),
+    schemes.LAYOUT_INT_PACKED: frozenset({WNA16, WNA8_INT, WNA4_INT, INT_W4A8, WNA8O8_INT}),
+    schemes.LAYOUT_INT8: frozenset({INT8_W8A8, WNA8O8_INT, INT_W4A8}),
+    schemes.LAYOUT_FP8: frozenset({schemes.FP8_W8A8, FP8_W8A16}),
+    schemes.LAYOUT_FP8_STATIC: frozenset({schemes.FP8_W8A8}),
+    schemes.LAYOUT_MXFP8: frozenset({MXFP8}),
+}
+
+
+def layout_fits(layout: str | None, scheme: str | None) -> bool:
+    """Whether vLLM's ``scheme`` finds its parameters in a module stored in ``layout``."""
+    return layout is not None and scheme in LAYOUT_SCHEMES.get(layout, frozenset())
+
+
+def layout_label(layout: str | None) -> str:
+    """A layout as messages name it: the scheme it stores (several: which, and what the tensors look like)."""
+    if layout is None:
+        return "no known layout"
+    fits = sorted(LAYOUT_SCHEMES.get(layout, ()))
+    if len(fits) == 1:
+        return fits[0]
+    return f"{' or '.join(fits)} ({schemes.LAYOUTS.get(layout, layout)})"
+
+
 def stored_schemes(backbone: Mapping[str, TensorInfo], specs: Iterable[LinearSpec]) -> dict[str, str | None]:
-    """Per HF module present in the backbone, the scheme its tensors imply (None: no scheme fits)."""
+    """Per HF module present in the backbone, the layout its tensors have (``schemes.stored_layout``;
+    None: no layout fits)."""
     params = schemes.params_by_module(backbone, (spec.name for spec in specs))
-    return {module: schemes.stored_scheme(p) for module, p in params.items() if p}
+    return {module: schemes.stored_layout(p) for module, p in params.items() if p}
 
 
 __all__ = [
-    "Args", "ConfigError", "Decision", "Entry", "HfDecision", "QuantConfig", "QuantConfigError", "VllmLayerError",
+    "Args", "block_problem", "ConfigError", "output_partitions", "Decision", "Entry", "HfDecision", "QuantConfig", "QuantConfigError", "VllmLayerError",
     "VllmQuant", "classify", "equal_or_regex", "find_matched_target", "map_target", "parse_quant_config",
-    "resolve_hf", "resolve_hf_module", "resolve_layer", "resolve_vllm", "should_ignore", "stored_schemes",
+    "layout_fits", "resolve_hf", "resolve_hf_module", "resolve_layer", "resolve_vllm", "should_ignore", "stored_schemes",
     "vllm_view",
 ]

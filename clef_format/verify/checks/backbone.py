@@ -14,9 +14,9 @@ if TYPE_CHECKING:
     from typing import Any, Iterator, Mapping
 
 from clef_format.read.checkpoint import Checkpoint
-from clef_format.spec.findings import Finding, error
+from clef_format.spec.findings import Finding, error, warning
 from clef_format.spec.layouts import Layout
-from clef_format.spec.model_spec import ModelConfig, linear_modules, plain_params, table_shape
+from clef_format.spec.model_spec import ModelConfig, kv_cache_params, linear_modules, plain_params, table_shape
 from clef_format.spec.schemes import (
     SCHEME_PARAMS,
     ParamSpec,
@@ -114,6 +114,18 @@ def check_backbone(ck: Checkpoint) -> Iterator[Finding]:
         accounted.add(name)
         if info.shape != shape or info.dtype != dtype:
             yield error("tensor-shape", f"{name} is {info.dtype}{list(info.shape)}, config implies {dtype}{list(shape)}",
+                        tensor=name, file=ck.tensor_file.get(name), fix=_REDOWNLOAD)
+    for name, spec in kv_cache_params(cfg).items():
+        info = ck.backbone.get(name)
+        if info is None:  # vLLM then serves the FP8 cache with scale 1.0 (it warns): not a load failure
+            yield warning("tensor-missing", f"{name} is missing: the config has a kv_cache_scheme, and vLLM uses a "
+                          "KV-cache scale of 1.0 where the checkpoint has none", tensor=name,
+                          fix="re-run the export with the kv_cache_scheme's calibration, or drop kv_cache_scheme")
+            continue
+        accounted.add(name)
+        if info.dtype not in spec.dtypes or tuple(info.shape) not in spec.shapes:
+            yield error("tensor-shape", f"{name} is {info.dtype}{list(info.shape)}, expected "
+                        f"{'/'.join(spec.dtypes)} [1] (one scale per tensor: vLLM's per-tensor KV-cache scale)",
                         tensor=name, file=ck.tensor_file.get(name), fix=_REDOWNLOAD)
     vocab_hidden = table_shape(cfg)
     for table in ck.tables:

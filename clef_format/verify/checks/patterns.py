@@ -261,7 +261,24 @@ def _version_findings(model_cfg: ModelConfig, backbone: dict[str, Any],
         findings += _target_findings(model_cfg, model, qc, vq)
     for layer, d in zip(model.layers, decisions):
         issues += _layer_issues(layer, d, hf, stored)
+        if qc is not None and d.error is None and d.target is not None:
+            issues += _block_issues(layer, d, vq.targets[d.target])
     return findings + _fold(issues), in_play
+
+
+def _block_issues(layer: VllmLayer, d: R.Decision, entry: R.Entry) -> list[_Issue]:
+    """vLLM refuses to build a block-quantized merged layer whose partitions do not fit the block."""
+    problem = R.block_problem(layer, entry, d.scheme)
+    if problem is None:
+        return []
+    sizes = R.output_partitions(layer)
+    names = ", ".join(s.name.rsplit(".", 1)[-1] for s in layer.shards)
+    return [_Issue("quant-config-invalid", "error",
+                   f"vLLM refuses to build {{modules}} (ValueError: {problem}): group '{entry.group}' quantizes "
+                   f"{names} in blocks of {entry.weights.raw.get('block_structure')}, and its output partitions "
+                   f"{sizes} (all but the last) must be multiples of the block's rows", layer.name,
+                   f"keep {names} out of the block group (e.g. an FP8_DYNAMIC group for them, or ignore them), "
+                   "or use a block whose rows divide every partition")]
 
 
 def _target_findings(model_cfg: ModelConfig, model: VllmModel, qc: R.QuantConfig, vq: R.VllmQuant) -> list[Finding]:
@@ -352,14 +369,14 @@ def _layer_issues(layer: VllmLayer, d: R.Decision, hf: dict[str, R.HfDecision], 
     quant_stored = [(n, sc) for n, sc in stored_here if sc != schemes.UNQUANTIZED]
     via = f" (target '{d.target}')" if d.target else (" (ignored)" if d.ignored else " (no target matches)")
     if d.scheme == schemes.UNQUANTIZED and quant_stored:
-        kinds = ", ".join(sorted({sc for _, sc in quant_stored if sc}))
+        kinds = ", ".join(sorted({R.layout_label(sc) for _, sc in quant_stored if sc}))
         out.append(_Issue("layer-unquantized", "error",
                           f"{{modules}}: stored {kinds} but vLLM builds it unquantized{via}; loading fails or serves garbage",
                           layer.name, _unquantized_fix(layer, shard_hf)))
         return out
-    mismatched = [(n, sc) for n, sc in stored_here if sc != d.scheme]
+    mismatched = [(n, sc) for n, sc in stored_here if not R.layout_fits(sc, d.scheme)]
     if mismatched:
-        kinds = ", ".join(sorted({sc for _, sc in mismatched if sc}))
+        kinds = ", ".join(sorted({R.layout_label(sc) for _, sc in mismatched if sc}))
         out.append(_Issue("scheme-tensor-mismatch", "error",
                           f"{{modules}}: vLLM builds {d.scheme}{via} but the stored tensors are {kinds}",
                           layer.name, "make the config's targets match what the export wrote (see `clef-format layers`)"))
