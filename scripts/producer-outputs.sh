@@ -22,7 +22,7 @@ start=$(date +%s)
 echo "producer-outputs: quantizing with llm-compressor into $out" >&2
 # offline: the models are made here, nothing is downloaded
 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONPATH="$here" "$env/bin/python" \
-  "$here/tests/tier_producer/generate.py" "$tmp" 2>"$tmp/.log" || { cat "$tmp/.log" >&2; exit 1; }
+  "$here/tests/tier_producer/generate.py" "$tmp" >"$tmp/.log" 2>&1 || { cat "$tmp/.log" >&2; exit 1; }
 grep "^producer:" "$tmp/.log" >&2 || true
 rm -rf "$tmp/.base-model"
 echo "producer-outputs: built in $(( $(date +%s) - start )) s" >&2
