@@ -308,11 +308,6 @@ def scheme_problems(scheme: str, params: Mapping[str, TensorInfo], out_features:
     return problems
 
 
-def scheme_bytes_per_weight(scheme: str) -> float:
-    """Approximate bytes per weight element in GPU memory (weights plus their scales)."""
-    return {UNQUANTIZED: 2.0, FP8_W8A8: 1.0, NVFP4_W4A4: 0.5 + 1 / NVFP4_GROUP}[scheme]
-
-
 def weight_bytes(weights: Mapping[str, Any] | None, out_features: int, in_features: int, model_bytes: int = 2) -> int:
     """Bytes one Linear module's weights take in GPU memory under a config group's ``weights`` args (None:
     unquantized, ``model_bytes`` per weight): ``num_bits`` per weight, plus its scales (FP8 E4M3 for

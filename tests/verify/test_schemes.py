@@ -105,6 +105,21 @@ def test_fp8_weight_only_tensors_under_a_static_fp8_config_miss_the_input_scale(
     assert missing and all(f.tensor.endswith(".input_scale") for f in missing)
 
 
+def test_int4_packed_tensors_under_an_int8_config_have_the_wrong_width(fresh: Callable[..., Path]) -> None:
+    """The layout says int packed; the group's num_bits say how wide weight_packed is (in * bits / 32)."""
+    root = fresh("layout-2", "w4a16")
+    _edit_quant(root, lambda q: q.update(build_quant_config("w8a16", 8)))
+    shapes = [f for f in _errors(root) if f.code == "tensor-shape"]
+    assert shapes and all(f.tensor.endswith(".weight_packed") for f in shapes)
+    assert any("weight_packed is I32[64, 8], expected I32 [64, 16]" in f.message for f in shapes)
+
+
+def test_asymmetric_int4_without_its_zero_points(fresh: Callable[..., Path]) -> None:
+    root = fresh("layout-2", "w4a16_asym")
+    _edit_tensors(root, lambda t: t.pop(f"{LA0}.in_proj_z.weight_zero_point"))
+    assert [(f.code, f.tensor) for f in _errors(root)] == [("tensor-missing", f"{LA0}.in_proj_z.weight_zero_point")]
+
+
 # ----------------------------------------------------------------------------- KV-cache scales
 
 
@@ -112,13 +127,14 @@ def test_kv_cache_scales_sit_on_the_full_attention_layers(built: Callable[..., P
     ck = read_checkpoint(built("layout-2", "fp8_kv"))
     assert {n for n in ck.backbone if n.endswith(("k_scale", "v_scale"))} == {
         f"model.language_model.layers.{i}.self_attn.{s}" for i in (3, 7) for s in ("k_scale", "v_scale")}
-    assert _errors(built("layout-2", "fp8_kv")) == []
+    assert not [f for f in verify(str(built("layout-2", "fp8_kv"))).findings if f.code.startswith("tensor-")]
 
 
-def test_a_kv_scale_on_a_linear_attention_layer_is_unexpected(fresh: Callable[..., Path]) -> None:
+@pytest.mark.parametrize("name", [f"{LA0}.k_scale", "model.language_model.layers.0.self_attn.k_scale"])
+def test_a_kv_scale_on_a_linear_attention_layer_is_unexpected(fresh: Callable[..., Path], name: str) -> None:
     root = fresh("layout-2", "fp8_kv")
-    _edit_tensors(root, lambda t: t.update({f"{LA0}.k_scale": t[f"{SA3}.k_scale"]}))
-    assert [(f.code, f.tensor) for f in _errors(root)] == [("tensor-unexpected", f"{LA0}.k_scale")]
+    _edit_tensors(root, lambda t: t.update({name: t[f"{SA3}.k_scale"]}))
+    assert [(f.code, f.tensor) for f in _errors(root)] == [("tensor-unexpected", name)]
 
 
 def test_kv_scales_without_a_kv_cache_scheme_are_unexpected(fresh: Callable[..., Path]) -> None:
@@ -232,7 +248,19 @@ def test_fused_shards_with_different_global_scales(fresh: Callable[..., Path], b
     assert f.severity == "warning" and not [e for e in report.findings if e.severity == "error"]
     short = module.rsplit(".", 1)[1]
     assert "ratio 0.903" in f.message and f"{short}'s weights are decoded scaled by 0.903" in f.message
-    assert "keeps the largest" in f.message and "in_proj_qkv and in_proj_z" in (f.fix or "")
+    assert "keeps the largest" in f.message and f"{other.rsplit('.', 1)[1]} and {short}" in (f.fix or "")
+
+
+def test_layers_of_one_kind_fold_into_one_warning(fresh: Callable[..., Path]) -> None:
+    root = fresh("layout-2", "nvfp4")
+    la = "model.language_model.layers.{}.linear_attn"
+    _set_scales(root, "weight_global_scale", {f"{la.format(0)}.in_proj_z": 35840.0, f"{la.format(1)}.in_proj_qkv": 30720.0,
+                                              f"{la.format(1)}.in_proj_z": 37632.0})
+    (f,) = [f for f in verify(str(root)).findings if f.code == "global-scale-mismatch"]
+    assert f.message.startswith("language_model.model.layers.{0-1}.linear_attn.in_proj_qkvz: their shards have")
+    assert "(ratio 0.816 to 0.938; the worst, language_model.model.layers.1.linear_attn.in_proj_qkvz: " \
+           "in_proj_qkv 30720, in_proj_z 37632)" in f.message
+    assert f.module == "language_model.model.layers.1.linear_attn.in_proj_qkvz"
 
 
 def test_equal_global_scales_are_silent(built: Callable[..., Path]) -> None:
@@ -253,3 +281,21 @@ def test_scalars_are_read_at_their_header_offsets(fresh: Callable[..., Path]) ->
     names = [f"{LA0}.in_proj_z.weight_global_scale", f"{LA0}.in_proj_qkv.weight_global_scale",
              f"{LA0}.in_proj_z.weight_packed"]  # not a scalar: left out
     assert read_scalars(root / BACKBONE, header, names) == {names[0]: 35840.0, names[1]: 33600.0}
+
+
+def test_only_merged_layers_but_their_last_partition_are_held_to_the_block() -> None:
+    """At tensor parallel 1 vLLM checks a merged layer's partitions but the last, and nothing of a single one."""
+    from clef_format.spec.model_spec import LinearSpec
+    from clef_format.vllm_rules.names import VllmLayer
+
+    entry = R.parse_quant_config(build_quant_config("fp8_block", 8)).targets["Linear"]
+    p = "language_model.model.layers.3.self_attn"
+    ragged_last = VllmLayer(f"{p}.qkv_proj", "QKVParallelLinear", (
+        LinearSpec(f"{p}.q_proj", 256, 64), LinearSpec(f"{p}.k_proj", 128, 64), LinearSpec(f"{p}.v_proj", 32, 64)), 3,
+        "self_attn")
+    single = VllmLayer(f"{p}.o_proj", "RowParallelLinear", (LinearSpec(f"{p}.o_proj", 32, 64),), 3, "self_attn")
+    assert R.block_problem(ragged_last, entry, schemes.FP8_W8A8) is None
+    assert R.block_problem(single, entry, R.FP8_W8A16) is None
+    assert R.block_problem(ragged_last, entry, R.WNA16) is None  # only the FP8 schemes validate blocks
+    ragged_first = ragged_last._replace(shards=(ragged_last.shards[2], *ragged_last.shards[:2]))
+    assert R.block_problem(ragged_first, entry, R.FP8_W8A16) is not None

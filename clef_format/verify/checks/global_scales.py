@@ -49,29 +49,48 @@ def check_global_scales(ck: Checkpoint) -> Iterator[Finding]:
     if not fused:
         return
     values = _scalars(ck, [f"{s.name}.{scale}" for layer, scale in fused for s in layer.shards])
+    found: dict[tuple[str | None, str], list[tuple[str, list[tuple[str, float]]]]] = {}
     for layer, scale in fused:
         got = [(s.name, values.get(f"{s.name}.{scale}")) for s in layer.shards]
-        if any(v is None for _, v in got):
+        vals = [v for _, v in got if v is not None]
+        if len(vals) < len(got) or len(set(vals)) < 2 or not max(vals) > 0:
             continue
-        vals = [float(v) for _, v in got if v is not None]
-        if len(set(vals)) < 2:
-            continue
-        top = max(vals)
-        if not top > 0:
-            continue
-        parts = ", ".join(f"{n.rsplit('.', 1)[-1]} {v:g}" for n, v in got)
-        low = [(n.rsplit(".", 1)[-1], v / top) for n, v in got if v < top]
-        if scale == "weight_global_scale":
-            effect = "; ".join(f"{n}'s weights are decoded scaled by {r:.3f}" for n, r in low)
-        else:
-            effect = (f"the shared input is quantized with the largest, the range of the smallest activations "
-                      f"({', '.join(n for n, _ in low)} saw larger ones and are clipped to {min(vals) / top:.3f} of it)")
-        yield warning(
-            "global-scale-mismatch",
-            f"{layer.name}: its shards have different NVFP4 {scale}s ({parts}; ratio {min(vals) / top:.3f}); vLLM "
-            f"fuses them into one layer with one scale, keeps the largest and logs \"the {scale.split('_')[0]} "
-            f"global scale is different for parallel layers ... reduced accuracy\": {effect}",
-            module=layer.name, tensor=f"{got[0][0]}.{scale}", file=ck.tensor_file.get(f"{got[0][0]}.{scale}"),
-            fix="re-quantize with one global scale shared by the fused shards (llm-compressor shares it only for "
-                "q/k/v and gate/up: give in_proj_qkv and in_proj_z the same global scale, e.g. the smaller of the "
-                "two, before compressing); the weights decode correctly only then")
+        found.setdefault((layer.fused, scale), []).append((layer.name, [(n, float(v or 0)) for n, v in got]))
+    for (_, scale), hits in found.items():
+        yield _finding(ck, scale, hits)
+
+
+def _ratio(got: list[tuple[str, float]]) -> float:
+    vals = [v for _, v in got]
+    return min(vals) / max(vals)
+
+
+def _finding(ck: Checkpoint, scale: str, hits: list[tuple[str, list[tuple[str, float]]]]) -> Finding:
+    """One warning per fused kind and scale: the layers folded, the worst one spelled out."""
+    from clef_format.verify.checks.patterns import summarize
+
+    name, got = min(hits, key=lambda h: _ratio(h[1]))
+    top = max(v for _, v in got)
+    parts = ", ".join(f"{n.rsplit('.', 1)[-1]} {v:g}" for n, v in got)
+    low = [(n.rsplit(".", 1)[-1], v / top) for n, v in got if v < top]
+    if scale == "weight_global_scale":
+        effect = "; ".join(f"{n}'s weights are decoded scaled by {r:.3f}" for n, r in low)
+    else:
+        effect = (f"the shared input is quantized with the largest, the range of the smallest activations "
+                  f"({', '.join(n for n, _ in low)} saw larger ones and are clipped to {_ratio(got):.3f} of it)")
+    head = f"{name}: its shards have different NVFP4 {scale}s ({parts}; ratio {_ratio(got):.3f})"
+    if len(hits) > 1:
+        ratios = sorted(_ratio(g) for _, g in hits)
+        head = (f"{summarize(h[0] for h in hits)}: their shards have different NVFP4 {scale}s (ratio {ratios[0]:.3f} "
+                f"to {ratios[-1]:.3f}; the worst, {name}: {parts})")
+    tensor = f"{got[0][0]}.{scale}"
+    return warning(
+        "global-scale-mismatch",
+        f"{head}; vLLM fuses them into one layer "
+        f"with one scale, keeps the largest and logs \"the {scale.split('_')[0]} global scale is different for "
+        f"parallel layers ... reduced accuracy\": {effect}",
+        module=name, tensor=tensor, file=ck.tensor_file.get(tensor),
+        fix=f"re-quantize with one global scale shared by {' and '.join(n.rsplit('.', 1)[-1] for n, _ in got)} "
+            "(the smaller of theirs, computed from their joint maximum; llm-compressor 0.14 shares it only for "
+            "q/k/v and gate/up, not for Qwen3.5's in_proj_qkv and in_proj_z); rewriting the stored scales "
+            "instead is not lossless (docs/MIGRATION.md)")
