@@ -24,7 +24,7 @@ echo "producer-outputs: quantizing with llm-compressor into $out" >&2
 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONPATH="$here" "$env/bin/python" \
   "$here/tests/tier_producer/generate.py" "$tmp" >"$tmp/.log" 2>&1 || { cat "$tmp/.log" >&2; exit 1; }
 grep "^producer:" "$tmp/.log" >&2 || true
-rm -rf "$tmp/.base-model"
+rm -rf "$tmp"/.base-model*
 echo "producer-outputs: built in $(( $(date +%s) - start )) s" >&2
 touch "$tmp/.complete"
 if ! mv -T "$tmp" "$out" 2>/dev/null; then

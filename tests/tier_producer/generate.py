@@ -75,7 +75,8 @@ OUTPUTS: dict[str, tuple[Callable[[], dict[str, Any]] | None, bool, dict[str, An
     "w4a16-asym-g32": (lambda: {"config_groups": _preset("W4A16_ASYM", 32)}, False, {}),
     "w8a16-g32": (lambda: {"config_groups": _preset("W8A16", 32)}, False, {}),
     "w8a8-int8": (lambda: {"scheme": "W8A8"}, False, {}),
-    "fp8-dynamic-kv-fp8": (lambda: {"scheme": "FP8_DYNAMIC", "kv_cache_scheme": dict(KV_FP8)}, True, {}),
+    # head_dim 32: vLLM 0.28's CPU attention builds an FP8 KV cache only for head sizes divisible by 32
+    "fp8-dynamic-kv-fp8-hd32": (lambda: {"scheme": "FP8_DYNAMIC", "kv_cache_scheme": dict(KV_FP8)}, True, {}),
     "mixed-vllm-named": (lambda: {"config_groups": _mixed(layer_range_regex(0, SPLIT - 1),
                                                           layer_range_regex(SPLIT, NUM_LAYERS - 1))}, True, {}),
     "mixed-hf-anchored": (lambda: {"config_groups": _mixed(hf_anchored(0, SPLIT - 1),
@@ -84,11 +85,20 @@ OUTPUTS: dict[str, tuple[Callable[[], dict[str, Any]] | None, bool, dict[str, An
 }
 
 
-def tiny_model(seed: int = 0) -> Any:
+#: Outputs made from a variant of the tiny config: name suffix -> text_config changes.
+VARIANTS = {"-hd32": {"head_dim": 32}}
+
+
+def variant_of(name: str) -> str:
+    return next((v for v in VARIANTS if name.endswith(v)), "")
+
+
+def tiny_model(seed: int = 0, variant: str = "") -> Any:
     """A random-weight Qwen3_5ForConditionalGeneration from the frozen tiny config, in bfloat16."""
     from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
     cfg = tiny_config(NUM_LAYERS, multimodal=True)
+    cfg["text_config"].update(VARIANTS.get(variant, {}))
     cfg.pop("architectures", None)
     cfg.pop("model_type", None)
     torch.manual_seed(seed)
@@ -116,10 +126,12 @@ def calibration(vocab: int, samples: int = 8, length: int = 32) -> Any:
     return Dataset.from_dict({"input_ids": ids, "attention_mask": [[1] * length for _ in ids]})
 
 
-def save_base(path: Path) -> None:
+def save_base(path: Path, variant: str = "") -> Path:
     """The unquantized tiny model, saved as a model folder (llm-compressor starts from a folder)."""
+    path = path.with_name(path.name + variant)
     if not (path / "config.json").exists():
-        tiny_model().save_pretrained(path)
+        tiny_model(variant=variant).save_pretrained(path)
+    return path
 
 
 def produce(name: str, base: Path, out: Path) -> dict[str, Any]:
@@ -129,6 +141,7 @@ def produce(name: str, base: Path, out: Path) -> dict[str, Any]:
     from transformers import Qwen3_5ForConditionalGeneration
 
     kwargs, calibrate, save_extra = OUTPUTS[name]
+    base = save_base(base, variant_of(name))
     if kwargs is None:
         shutil.copytree(base, out)
         return {"recipe": None, "calibrated": False}
@@ -153,7 +166,6 @@ def main(argv: list[str]) -> int:
     names = argv[1:] or list(OUTPUTS)
     root.mkdir(parents=True, exist_ok=True)
     base = root / ".base-model"
-    save_base(base)
     for name in names:
         out = root / name
         shutil.rmtree(out, ignore_errors=True)
