@@ -95,7 +95,7 @@ def test_producer_output(name: str, reference: V.Outcome, tmp_path: Path) -> Non
     _, layers = clef("layers", str(src), "--vllm-version", V.VERSION)
     errors = [f["code"] for f in verdict["findings"] if f["severity"] == "error"]
     row.update(tool="OK" if verdict["ok"] else "BROKEN", tool_errors=errors, vllm="OK" if real.ok else "BROKEN",
-               vllm_says=real.summary())
+               vllm_says=real.summary(), stand_ins=real.stand_ins)
     problems: list[str] = []
     if verdict["ok"] != real.ok:
         problems.append(f"verdict: clef-format {row['tool']} {errors}, vLLM {V.VERSION} {row['vllm']}: {real.summary()}")

@@ -42,6 +42,7 @@ class Outcome:
     unwritten: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     layers: dict[str, Any] = field(default_factory=dict)  # the per-layer view in the tool's terms
+    stand_ins: dict[str, int] = field(default_factory=dict)  # kernel chooser -> layers given a stand-in
 
     @property
     def ok(self) -> bool:
@@ -145,6 +146,7 @@ def load(root: Path) -> Outcome:
     from vllm.model_executor.model_loader.utils import process_weights_after_loading
 
     out = Outcome()
+    before = dict(STUBBED)
     with captured() as messages:
         stage = "config"
         try:
@@ -167,6 +169,7 @@ def load(root: Path) -> Outcome:
         except Exception as e:  # vLLM's refusal, in whatever form it takes: the oracle's verdict
             out.stage, out.error = stage, f"{type(e).__name__}: {str(e)[:300]}"
     out.warnings = [m for m in messages if not _environment_noise(m)]
+    out.stand_ins = {k: n - before.get(k, 0) for k, n in STUBBED.items() if n != before.get(k, 0)}
     return out
 
 
