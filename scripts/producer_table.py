@@ -35,6 +35,12 @@ def agree(row: dict | None) -> str:
     return f"{verdict} / {layers} / {migrate}"
 
 
+def short(text: str, limit: int = 170) -> str:
+    """vLLM's message without its logger's module path, cut to a table cell."""
+    text = text.replace("vllm.model_executor.layers.quantization.compressed_tensors.schemes.", "")
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def table(reports: list[dict]) -> str:
     names = sorted({n for r in reports for n in r["rows"]})
     head = "| output | " + " | ".join(f"clef-format ({r['vllm']}) | vLLM {r['vllm']} | verdict / layers / migrate" for r in reports)
@@ -42,7 +48,8 @@ def table(reports: list[dict]) -> str:
     for n in names:
         rows = [r["rows"].get(n) for r in reports]
         cells = [f"{cell(row, 'tool')}{' ' + ', '.join(sorted(set(row.get('tool_errors') or []))) if row and row.get('tool_errors') else ''} | {cell(row, 'vllm')} | {agree(row)}" for row in rows]
-        said = "; ".join(dict.fromkeys(f"{r['vllm']}: {row.get('vllm_says') or row.get('note', '')}" for r, row in zip(reports, rows) if row))
+        says = {r["vllm"]: short(row.get("vllm_says") or row.get("note", "")) for r, row in zip(reports, rows) if row}
+        said = next(iter(says.values())) if len(set(says.values())) == 1 else "; ".join(f"{v}: {t}" for v, t in says.items())
         lines.append(f"| {n} | " + " | ".join(cells) + f" | {said.replace('|', '/')} |")
     return "\n".join(lines)
 
