@@ -100,6 +100,10 @@ INDISTINGUISHABLE: dict[tuple[str, str], str] = {
     ("config-remove", r"\.input_activations\.strategy$"):
         "the FP8 dynamic input then reads as per-tensor (no group_size), a valid scheme vLLM builds as "
         "CompressedTensorsW8A8Fp8 with the same stored tensors (dynamic activations store none)",
+    ("config-remove", r"\.input_activations\.type$"):
+        "FP8 dynamic: the input then reads as int (the default), which no W8A8 scheme takes, so vLLM builds "
+        "CompressedTensorsW8A16Fp8 from the same stored tensors (FP8 weight and its per-channel scale; dynamic "
+        "activations store none): it loads every tensor and decodes the same weights",
     ("config-remove", r"\.(observer|observer_kwargs)$"):
         "a calibration setting: loading a compressed checkpoint runs no observer",
     ("config-alter", r"\.(observer|observer_kwargs)$"):
