@@ -6,8 +6,10 @@ Every log record of level WARNING or above from vLLM's loggers and every Python 
 captured. Whether each parameter was written is judged by clef_format's ``WriteTracker`` (each
 parameter filled with a sentinel before loading; vLLM's own KV-cache scale defaults exempt).
 
-The only thing replaced is what has no CPU implementation in the CUDA wheel (see ``cpu_kernels``):
-the GEMM kernels a scheme selects. Nothing of clef_format's rules is used.
+The only things replaced are those with no CPU implementation in the CUDA wheel (``cpu_kernels``):
+a scheme's GEMM kernel where vLLM finds none for this CPU (vLLM's own NVFP4 emulation kernel for
+NVFP4), the static FP8 quantization op (plain torch, same values) and the conv1d weight pre-pack
+(hidden: vLLM's own fallback). docs/VLLM.md lists them. Nothing of clef_format's rules is used.
 """
 
 from __future__ import annotations
