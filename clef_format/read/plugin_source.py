@@ -173,10 +173,15 @@ def _file_version(ck: Checkpoint, files: Any, via: str) -> tuple[str, str]:
     first = files[0] if isinstance(files, list) and files else files
     if not isinstance(first, str):
         raise _Unread(f"{via} names no version file")
-    rel = f"{PLUGIN_DIR}/{first.strip()}"
-    if rel not in ck.files:
-        raise _Unread(f"{via} names {first!r}, which is not in {PLUGIN_DIR}/")
-    return _text(ck, rel).strip(), f"{rel} (via {via})"
+    import posixpath
+
+    rel = posixpath.normpath(f"{PLUGIN_DIR}/{first.strip()}")  # ./VERSION is VERSION
+    if not rel.startswith(PLUGIN_DIR + "/") or rel not in ck.files:  # setuptools refuses a file outside, too
+        raise _Unread(f"{via} names {first!r}, which is not a file in {PLUGIN_DIR}/")
+    value = _text(ck, rel).strip()
+    if len(value) > 64 or "\n" in value:
+        raise _Unread(f"{rel} (named by {via}) holds no version: {len(value)} characters over several lines")
+    return value, f"{rel} (via {via})"
 
 
 def _from_pyproject(ck: Checkpoint) -> tuple[str | None, str | None, str | None]:

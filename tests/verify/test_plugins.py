@@ -171,6 +171,7 @@ def test_each_kind_names_its_file(releases):
 @pytest.mark.parametrize("case,expected", [
     ("setup.py over setup.cfg", "0.1.9"), ("pyproject over setup.py", "0.2.1"),
     ("pyproject over a stale __version__", "0.2.1"), ("computed setup.py over setup.cfg", "0.1.7"),
+    ("pyproject VERSION file", "0.2.3"),
 ])
 def test_several_sources_the_one_setuptools_builds_wins(releases, tmp_path, case, expected):
     """Where two files state a version, the reader takes the one pip's build really gives."""
@@ -185,6 +186,10 @@ def test_several_sources_the_one_setuptools_builds_wins(releases, tmp_path, case
     elif case == "computed setup.py over setup.cfg":
         (plugin / "setup.py").write_text("from setuptools import setup\n\nsetup(version='.'.join(['0', '1', '7']))\n")
         (plugin / "clef_vllm" / "__init__.py").write_text('__version__ = "0.1.7"\n')
+    elif case == "pyproject VERSION file":
+        (plugin / "pyproject.toml").write_text((plugin / "pyproject.toml").read_text().replace(
+            'version = "0.2.1"', 'dynamic = ["version"]') + '\n[tool.setuptools.dynamic]\nversion = {file = "./VERSION"}\n')
+        (plugin / "VERSION").write_text("0.2.3\n")
     elif case == "pyproject over setup.py":
         (plugin / "setup.py").write_text('from setuptools import setup\n\nsetup(version="0.1.9")\n')
     else:
@@ -235,6 +240,11 @@ def _hostile(root: Path, case: str) -> None:
     elif case == "attr-missing-module":
         py.write_text(py.read_text().replace('version = "0.2.1"', 'dynamic = ["version"]')
                       + '\n[tool.setuptools.dynamic]\nversion = {attr = "clef_vllm.nowhere.__version__"}\n')
+    elif case in ("file-outside", "file-not-a-version"):
+        target = "../config.json" if case == "file-outside" else "README.md"
+        py.write_text(py.read_text().replace('version = "0.2.1"', 'dynamic = ["version"]')
+                      + f'\n[tool.setuptools.dynamic]\nversion = {{file = "{target}"}}\n')
+        (plugin / "README.md").write_text("clef-vllm\n\nthe serving plugin\n")
     elif case == "symlink-out":
         outside = root.parent / "outside.toml"
         outside.write_text('[project]\nname = "clef-vllm"\nversion = "0.2.1"\n')
@@ -244,7 +254,7 @@ def _hostile(root: Path, case: str) -> None:
 
 @pytest.mark.parametrize("case", ["huge", "not-utf8", "bad-toml", "setup-py-syntax", "setup-py-null", "deep-nesting",
                                   "constant-recomputed", "bad-setup-cfg", "other-package", "not-a-version", "attr-missing-module",
-                                  "symlink-out"])
+                                  "file-outside", "file-not-a-version", "symlink-out"])
 def test_hostile_plugin_files_are_a_note_never_a_traceback(releases, tmp_path, case):
     import shutil
 
