@@ -389,3 +389,20 @@ def test_python_and_plugin_version_together_is_a_usage_error(releases):
     proc = run_cli("verify", str(releases("layout-2", "0.2.1")), "--json", "--python", sys.executable,
                    "--plugin-version", "0.2.1")
     assert proc.returncode == 2 and json.loads(proc.stdout)["findings"][0]["code"] == "usage-error"
+
+
+def test_no_plugin_installed_costs_no_importlib_metadata(installed):
+    """The structure path stays light: importlib.metadata is imported only when a clef_vllm metadata
+    folder is on sys.path (and then gives the answer)."""
+    probe = ("import sys; from clef_format.read.installed_plugin import installed_here; p = installed_here(); "
+             "print(p.version, 'importlib.metadata' in sys.modules)")
+    for path, expected in (([], "None False"), ([installed("0.2.1")], "0.2.1 True")):
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, path), str(REPO)])}
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+        assert out.stdout.strip() == expected
+
+
+def test_layers_shows_verify_verdict_with_the_bundled_plugin(releases):
+    proc = run_cli("layers", str(releases("layout-2", "0.1.4")), "--json")
+    assert proc.returncode == 1
+    assert "bundled-plugin-mismatch" in {f["code"] for f in json.loads(proc.stdout)["findings"]}
