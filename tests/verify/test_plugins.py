@@ -104,6 +104,11 @@ def test_release_files_are_quiet_but_a_pickle_is_not(releases, tmp_path):
 
     root = tmp_path / "clef"
     shutil.copytree(releases("layout-2", "0.2.1"), root)
+    from clef_format.fixtures.tensors import bf16, generator, save_file
+
+    # weights inside vllm_plugin/ (test data of the plugin): vLLM loads only top-level *.safetensors
+    (root / "vllm_plugin" / "tests").mkdir()
+    save_file({"w": bf16((2, 2), generator(0))}, root / "vllm_plugin" / "tests" / "data.safetensors")
     report = verify(str(root))
     assert report.findings == (), report.findings
     assert {"recipe.yaml", "scripts/sensitivity_scan.json", "scripts/shrink_tables.py", "chat_template.jinja",
