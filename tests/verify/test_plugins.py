@@ -212,6 +212,96 @@ def test_a_version_set_at_build_time_is_a_warning_not_a_guess(releases):
     assert report.details["plugins"][0]["can_serve"] is None
 
 
+_BUILD_ONLY = '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+_SRC_INIT = '__version__ = "0.1.4"\n'
+_DECOY_INIT = '__version__ = "0.2.0"\n'
+
+
+def _packaging(plugin: Path, case: str) -> None:
+    """A vllm_plugin/ whose packaging a naive reader gets wrong (0.2.0 would serve layout-2; setuptools
+    builds something else, or refuses)."""
+    for rel in ("pyproject.toml", "setup.py", "setup.cfg"):
+        (plugin / rel).unlink(missing_ok=True)
+    (plugin / "pyproject.toml").write_text(_BUILD_ONLY)
+    if case in ("setup-under-if", "setup-in-def", "two-setups"):
+        first = {"setup-under-if": 'if False:\n    setup(name="clef-vllm", version="0.2.0")\n',
+                 "setup-in-def": 'def unused():\n    setup(name="clef-vllm", version="0.2.0")\n',
+                 "two-setups": 'setup(name="clef-vllm", version="0.2.0", packages=["clef_vllm"])\n'}[case]
+        (plugin / "setup.py").write_text(f'from setuptools import setup\n{first}'
+                                         'setup(name="clef-vllm", version="0.1.4", packages=["clef_vllm"])\n')
+    elif case.startswith("src-"):
+        (plugin / "src" / "clef_vllm").mkdir(parents=True)
+        (plugin / "src" / "clef_vllm" / "__init__.py").write_text(_SRC_INIT)
+        (plugin / "clef_vllm" / "__init__.py").write_text(_DECOY_INIT)
+        if case == "src-pyproject":
+            (plugin / "pyproject.toml").write_text(
+                _BUILD_ONLY + '[project]\nname = "clef-vllm"\ndynamic = ["version"]\n[tool.setuptools]\n'
+                'package-dir = {"" = "src"}\npackages = ["clef_vllm"]\n'
+                '[tool.setuptools.dynamic]\nversion = {attr = "clef_vllm.__version__"}\n')
+            return
+        (plugin / "setup.cfg").write_text(
+            "[metadata]\nname = clef-vllm\nversion = attr: clef_vllm.__version__\n[options]\npackages = clef_vllm\n"
+            + ("package_dir =\n    =src\n" if case == "src-setup-cfg" else ""))
+        (plugin / "setup.py").write_text("from setuptools import setup\nsetup("
+                                         + ("package_dir={'': 'src'}" if case == "src-setup-py" else "") + ")\n")
+    elif case == "no-version":
+        (plugin / "setup.py").write_text('from setuptools import setup\nsetup(name="clef-vllm", packages=["clef_vllm"])\n')
+        (plugin / "clef_vllm" / "__init__.py").write_text(_DECOY_INIT)
+    elif case == "static-and-dynamic":
+        (plugin / "pyproject.toml").write_text(
+            _BUILD_ONLY + '[project]\nname = "clef-vllm"\nversion = "0.2.0"\ndynamic = ["version"]\n'
+            '[tool.setuptools]\npackages = ["clef_vllm"]\n')
+
+
+def _built_version(plugin: Path, out: Path) -> str | None:
+    """The version pip's build of ``plugin`` gives (None: the build refuses)."""
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                           "--no-index", "-w", str(out), str(plugin)], capture_output=True, timeout=300,
+                          cwd=str(plugin.parent))
+    if proc.returncode != 0:
+        return None
+    (wheel,) = out.glob("clef_vllm-*.whl")
+    return wheel.name.split("-")[1]
+
+
+@pytest.mark.parametrize("case,built", [
+    ("src-setup-cfg", "0.1.4"), ("src-pyproject", "0.1.4"), ("src-setup-py", "0.1.4"), ("no-version", "0.0.0"),
+])
+def test_what_setuptools_resolves_is_what_is_read(releases, tmp_path, case, built):
+    """attr: through package_dir (a decoy package outside it says 0.2.0), and no version at all (0.0.0,
+    not the package's __version__): the version read is the one pip builds, and it cannot serve layout-2."""
+    import shutil
+
+    root = tmp_path / "clef"
+    shutil.copytree(releases("layout-2", "0.2.1", "setup-cfg"), root)
+    _packaging(root / "vllm_plugin", case)
+    assert _built_version(root / "vllm_plugin", tmp_path / "wheels") == built
+    report = verify(str(root))
+    (row,) = report.details["plugins"]
+    assert (row["version"], row["can_serve"]) == (built, False), row
+    assert "bundled-plugin-mismatch" in {f.code for f in report.findings}
+
+
+@pytest.mark.parametrize("case,built,why", [
+    ("setup-under-if", "0.1.4", "inside a block"), ("setup-in-def", "0.1.4", "inside a block"),
+    ("two-setups", None, "calls setup(...) 2 times"),
+    ("static-and-dynamic", None, "setuptools refuses to build it"),
+])
+def test_a_version_only_the_run_decides_is_unread_not_guessed(releases, tmp_path, case, built, why):
+    import shutil
+
+    root = tmp_path / "clef"
+    shutil.copytree(releases("layout-2", "0.2.1", "setup-cfg"), root)
+    _packaging(root / "vllm_plugin", case)
+    got = _built_version(root / "vllm_plugin", tmp_path / "wheels")
+    assert got == built and got != "0.2.0"
+    report = verify(str(root))
+    (row,) = report.details["plugins"]
+    assert (row["version"], row["can_serve"]) == (None, None), row
+    (f,) = [f for f in report.findings if f.code == "bundled-plugin-unread"]
+    assert f.severity == "warning" and why in f.message, f.message
+
+
 def _hostile(root: Path, case: str) -> None:
     plugin = root / "vllm_plugin"
     py = plugin / "pyproject.toml"
@@ -289,6 +379,8 @@ def test_mini_toml_reader_of_python_3_10_reads_what_tomllib_reads(releases):
         assert mini["project"].get("dynamic") == full["project"].get("dynamic")
         assert mini.get("tool", {}).get("setuptools", {}).get("dynamic") == \
             full.get("tool", {}).get("setuptools", {}).get("dynamic")
+    text = _BUILD_ONLY + '[tool.setuptools]\npackage-dir = {"" = "src", clef_vllm = "lib/clef"}\n'
+    assert _mini_toml(text)["tool"] == tomllib.loads(text)["tool"]
 
 
 # -- the installed plugin: the running interpreter and --python ----------------------------------------
