@@ -482,6 +482,66 @@ def test_a_bad_python_is_a_usage_error(releases, tmp_path, bad):
     assert payload["findings"][0]["code"] == "usage-error" and "--python" in payload["error"]
 
 
+def test_a_program_that_only_prints_json_is_not_an_interpreter(releases, tmp_path):
+    """A shell script printing what the probe would print: the answer lacks the token only Python computes."""
+    fake = tmp_path / "python"
+    fake.write_text('#!/bin/sh\necho \'{"version": "0.2.0", "location": "/x", "python": [3, 11, 7], "token": "0"}\'\n')
+    fake.chmod(0o755)
+    proc = run_cli("verify", str(releases("layout-2", "0.2.1")), "--json", "--python", str(fake))
+    assert proc.returncode == 2, proc.stdout
+    payload = json.loads(proc.stdout)
+    assert payload["findings"][0]["code"] == "usage-error"
+    assert "did not run as a Python interpreter (exit 0: " in payload["error"] and '"version": "0.2.0"' in payload["error"]
+
+
+def test_a_python_that_hangs_is_stopped_with_its_children(tmp_path, monkeypatch):
+    """The probe has a deadline, and nothing it started is left running after it."""
+    import time
+
+    from clef_format.errors import UsageError
+    from clef_format.read import installed_plugin
+
+    pidfile = tmp_path / "child.pid"
+    hang = tmp_path / "python"
+    hang.write_text(f"#!/bin/sh\nsleep 1000 &\necho $! > {pidfile}\nwait\n")
+    hang.chmod(0o755)
+    monkeypatch.setattr(installed_plugin, "PYTHON_TIMEOUT_S", 1)
+    start = time.monotonic()
+    with pytest.raises(UsageError) as exc:
+        installed_plugin.installed_in(str(hang))
+    assert time.monotonic() - start < 15
+    assert "no answer within 1 s" in str(exc.value)
+    child = int(pidfile.read_text())
+    for _ in range(50):  # the kill is asynchronous: give the kernel a moment to reap it
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        if Path(f"/proc/{child}/stat").read_text().split(")")[-1].split()[0] == "Z":
+            break  # killed, a zombie of init until reaped
+        time.sleep(0.1)
+    else:
+        os.kill(child, 9)
+        raise AssertionError("the hanging program's child was left running")
+
+
+def test_a_python_that_floods_its_output_is_read_only_so_far(releases, tmp_path):
+    """A --python printing 100 MB: verify reads a few KB, stays small, and says what it printed."""
+    flood = tmp_path / "python"
+    flood.write_text("#!/bin/sh\nhead -c 100000000 /dev/zero | tr '\\0' 'x'\n")
+    flood.chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    measure = ("import json, resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+               "print(json.dumps([p.returncode, p.stdout, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))")
+    out = subprocess.run([sys.executable, "-c", measure, *CLI, "verify", str(releases("layout-2", "0.2.1")), "--json",
+                          "--python", str(flood)], capture_output=True, text=True, env=env, timeout=300, check=True)
+    code, stdout, max_rss_kb = json.loads(out.stdout)
+    assert code == 2
+    error = json.loads(stdout)["error"]
+    assert "printed more than" in error and "'xxxx" in error and len(error) < 1000
+    assert max_rss_kb < 80_000, max_rss_kb
+
+
 def test_python_and_plugin_version_together_is_a_usage_error(releases):
     proc = run_cli("verify", str(releases("layout-2", "0.2.1")), "--json", "--python", sys.executable,
                    "--plugin-version", "0.2.1")
