@@ -542,6 +542,40 @@ def test_a_python_that_floods_its_output_is_read_only_so_far(releases, tmp_path)
     assert max_rss_kb < 80_000, max_rss_kb
 
 
+def test_a_vllm_plugin_that_is_a_file_is_unread_not_silent(releases, tmp_path):
+    import shutil
+
+    root = tmp_path / "clef"
+    shutil.copytree(releases("layout-2", "0.2.1"), root)
+    shutil.rmtree(root / "vllm_plugin")
+    (root / "vllm_plugin").write_text("clef-vllm 0.2.1\n")
+    report = verify(str(root))
+    (row,) = report.details["plugins"]
+    assert (row["source"], row["version"], row["can_serve"]) == ("bundled", None, None)
+    (f,) = [f for f in report.findings if f.code == "bundled-plugin-unread"]
+    assert f.severity == "warning" and "not a folder" in f.message
+
+
+@pytest.mark.parametrize("metadata_version", ["garbage", ""])
+def test_an_installed_plugin_whose_version_cannot_be_read_is_a_warning(releases, installed, tmp_path,
+                                                                        metadata_version):
+    import re
+    import shutil
+
+    site = tmp_path / "site"
+    shutil.copytree(installed("0.2.1"), site)
+    (meta,) = site.glob("clef_vllm-*.dist-info/METADATA")
+    meta.write_text(re.sub(r"(?m)^Version: .*$", f"Version: {metadata_version}".rstrip(), meta.read_text()))
+    proc = run_cli("verify", str(releases("layout-2", "0.2.1")), "--json", pythonpath=[site])
+    assert proc.returncode == 0, proc.stdout
+    payload = json.loads(proc.stdout)
+    (f,) = payload["findings"]
+    assert (f["code"], f["severity"]) == ("installed-plugin-unread", "warning")
+    assert "installed in this Python" in f["message"] and "not a PEP 440 version" in f["message"]
+    row = payload["plugins"][-1]
+    assert (row["source"], row["can_serve"]) == ("installed", None) and str(site) in row["where"]
+
+
 def test_python_and_plugin_version_together_is_a_usage_error(releases):
     proc = run_cli("verify", str(releases("layout-2", "0.2.1")), "--json", "--python", sys.executable,
                    "--plugin-version", "0.2.1")
