@@ -212,6 +212,23 @@ def _constants(tree: ast.Module) -> dict[str, str]:
     return out
 
 
+def _first_assignment(tree: ast.Module, name: str) -> str | None:
+    """The value setuptools' ``attr:`` reads without importing: the FIRST module-level assignment to
+    ``name`` (its ``StaticModule``), if a string literal; ``None`` otherwise (setuptools would then import
+    the module and take what it computes)."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            pairs = [(t, node.value) for t in node.targets]
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            pairs = [(node.target, node.value)]
+        else:
+            continue
+        for target, value in pairs:
+            if isinstance(target, ast.Name) and target.id == name:
+                return value.value if isinstance(value, ast.Constant) and isinstance(value.value, str) else None
+    return None
+
+
 def _parse_py(ck: Checkpoint, rel: str) -> ast.Module:
     text = _text(ck, rel)
     try:
@@ -226,7 +243,7 @@ def _attr_version(ck: Checkpoint, attr: str, via: str) -> tuple[str, str]:
     rel = _module_file(ck, module) if module else None
     if rel is None:
         raise _Unread(f"{via} names {attr!r}, whose module is not in {PLUGIN_DIR}/")
-    value = _constants(_parse_py(ck, rel)).get(name)
+    value = _first_assignment(_parse_py(ck, rel), name)
     if value is None:
         raise _Unread(f"{via} names {attr!r}, which is not a string literal in {rel}")
     return value, f"{rel} ({name}, via {via})"

@@ -244,6 +244,11 @@ def _packaging(plugin: Path, case: str) -> None:
             + ("package_dir =\n    =src\n" if case == "src-setup-cfg" else ""))
         (plugin / "setup.py").write_text("from setuptools import setup\nsetup("
                                          + ("package_dir={'': 'src'}" if case == "src-setup-py" else "") + ")\n")
+    elif case == "attr-first-assignment":  # setuptools reads the first literal, without running the module
+        (plugin / "pyproject.toml").write_text(
+            _BUILD_ONLY + '[project]\nname = "clef-vllm"\ndynamic = ["version"]\n[tool.setuptools]\n'
+            'packages = ["clef_vllm"]\n[tool.setuptools.dynamic]\nversion = {attr = "clef_vllm.__version__"}\n')
+        (plugin / "clef_vllm" / "__init__.py").write_text(_SRC_INIT + _DECOY_INIT)
     elif case == "no-version":
         (plugin / "setup.py").write_text('from setuptools import setup\nsetup(name="clef-vllm", packages=["clef_vllm"])\n')
         (plugin / "clef_vllm" / "__init__.py").write_text(_DECOY_INIT)
@@ -266,6 +271,7 @@ def _built_version(plugin: Path, out: Path) -> str | None:
 
 @pytest.mark.parametrize("case,built", [
     ("src-setup-cfg", "0.1.4"), ("src-pyproject", "0.1.4"), ("src-setup-py", "0.1.4"), ("no-version", "0.0.0"),
+    ("attr-first-assignment", "0.1.4"),
 ])
 def test_what_setuptools_resolves_is_what_is_read(releases, tmp_path, case, built):
     """attr: through package_dir (a decoy package outside it says 0.2.0), and no version at all (0.0.0,
