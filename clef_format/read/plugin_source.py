@@ -166,7 +166,26 @@ def _package_dir(ck: Checkpoint) -> dict[str, str]:
                 found.append((f"{PLUGIN_DIR}/setup.py setup(package_dir=...)", pd))
     if len({tuple(sorted(pd.items())) for _, pd in found}) > 1:
         raise _Unread("package_dir is given differently in " + " and ".join(w for w, _ in found))
-    return found[0][1] if found else {}
+    if found:
+        return found[0][1]
+    if not _lists_packages(ck, call) and os.path.isdir(ck.path(f"{PLUGIN_DIR}/src")):
+        return {"": "src"}  # setuptools' automatic discovery: a src/ folder is the src layout
+    return {}
+
+
+def _lists_packages(ck: Checkpoint, call: ast.Call | None) -> bool:
+    """Whether the packaging names its packages or modules (setuptools then discovers nothing)."""
+    rel = f"{PLUGIN_DIR}/setup.cfg"
+    if rel in ck.files:
+        cfg = _read_cfg(ck, rel)
+        if cfg.has_option("options", "packages") or cfg.has_option("options", "py_modules"):
+            return True
+    if f"{PLUGIN_DIR}/pyproject.toml" in ck.files:
+        tool = _pyproject(ck).get("tool")
+        st = tool.get("setuptools") if isinstance(tool, dict) else None
+        if isinstance(st, dict) and ("packages" in st or "py-modules" in st):
+            return True
+    return call is not None and any(kw.arg in ("packages", "py_modules") for kw in call.keywords)
 
 
 def _module_file(ck: Checkpoint, dotted: str) -> str | None:

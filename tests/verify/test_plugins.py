@@ -233,6 +233,11 @@ def _packaging(plugin: Path, case: str) -> None:
         (plugin / "src" / "clef_vllm").mkdir(parents=True)
         (plugin / "src" / "clef_vllm" / "__init__.py").write_text(_SRC_INIT)
         (plugin / "clef_vllm" / "__init__.py").write_text(_DECOY_INIT)
+        if case == "src-discovered":  # no package-dir, no packages: setuptools discovers the src layout
+            (plugin / "pyproject.toml").write_text(
+                _BUILD_ONLY + '[project]\nname = "clef-vllm"\ndynamic = ["version"]\n'
+                '[tool.setuptools.dynamic]\nversion = {attr = "clef_vllm.__version__"}\n')
+            return
         if case == "src-pyproject":
             (plugin / "pyproject.toml").write_text(
                 _BUILD_ONLY + '[project]\nname = "clef-vllm"\ndynamic = ["version"]\n[tool.setuptools]\n'
@@ -271,7 +276,7 @@ def _built_version(plugin: Path, out: Path) -> str | None:
 
 @pytest.mark.parametrize("case,built", [
     ("src-setup-cfg", "0.1.4"), ("src-pyproject", "0.1.4"), ("src-setup-py", "0.1.4"), ("no-version", "0.0.0"),
-    ("attr-first-assignment", "0.1.4"),
+    ("attr-first-assignment", "0.1.4"), ("src-discovered", "0.1.4"),
 ])
 def test_what_setuptools_resolves_is_what_is_read(releases, tmp_path, case, built):
     """attr: through package_dir (a decoy package outside it says 0.2.0), and no version at all (0.0.0,
