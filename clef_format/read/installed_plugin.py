@@ -6,7 +6,9 @@ folder (``.dist-info`` / ``.egg-info``, the names importlib.metadata's finder ma
 importlib.metadata is asked only when one is there. In another environment (``--python PATH``) that
 interpreter runs, isolated (``-I``: no PYTHONPATH, no current folder on its path; its user
 site-packages is added back, as a plain start would have it), a short script that prints the answer
-as one JSON object.
+as one JSON object, with a token it computes in Python from a random nonce (so a program that only
+prints JSON is not taken for an interpreter). It gets ``PYTHON_TIMEOUT_S`` seconds and at most
+``MAX_ANSWER_BYTES`` of its output is read.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from clef_format.records import Record
 
 #: The distribution the serving plugin is installed as.
 DIST = "clef-vllm"
-#: Seconds the other interpreter may take to answer.
-PYTHON_TIMEOUT_S = 60
+#: Seconds the other interpreter may take to answer (its whole process group is killed then).
+PYTHON_TIMEOUT_S = 20
+#: Bytes of its output kept (the answer is one short JSON line; the rest is not read).
+MAX_ANSWER_BYTES = 16 * 1024
 
 _SCRIPT = """\
-import json, os, site, sys
+import hashlib, json, os, site, sys
 user = site.getusersitepackages() if hasattr(site, "getusersitepackages") else None
 if user and os.path.isdir(user) and user not in sys.path:
     sys.path.append(user)
@@ -35,8 +39,18 @@ try:
 except metadata.PackageNotFoundError:
     out = {"version": None, "location": None}
 out["executable"] = sys.executable
+vi = list(sys.version_info[:3])
+out["python"] = vi
+out["token"] = hashlib.sha256((sys.argv[1] + repr(vi)).encode()).hexdigest()
 print(json.dumps(out))
 """
+
+
+def _token(nonce: str, version_info: object) -> str:
+    """What the probe computes in Python: proof that the answer came from an interpreter that ran it."""
+    import hashlib
+
+    return hashlib.sha256((nonce + repr(version_info)).encode()).hexdigest()
 
 
 class InstalledPlugin(Record):
@@ -83,28 +97,90 @@ def installed_here() -> InstalledPlugin:
     return InstalledPlugin("installed", sys.executable, dist.version, str(dist.locate_file("")))
 
 
+def _run_bounded(argv: list[str], cwd: str) -> tuple[int | None, bytes, bytes]:
+    """Run ``argv`` for at most ``PYTHON_TIMEOUT_S`` seconds, keeping at most ``MAX_ANSWER_BYTES`` of each
+    output (a program that says more is stopped: an answer is one short line); the exit status is
+    ``None`` when it was stopped at the deadline. It runs in its own process group, killed as a whole
+    at the end (a child left holding the pipes cannot keep verify waiting)."""
+    import selectors
+    import signal
+    import subprocess
+    import time
+
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=cwd, start_new_session=True)
+    kept = {proc.stdout: bytearray(), proc.stderr: bytearray()}
+    deadline = time.monotonic() + PYTHON_TIMEOUT_S
+    timed_out = full = False
+    try:
+        with selectors.DefaultSelector() as sel:
+            for stream in kept:
+                sel.register(stream, selectors.EVENT_READ)
+            while sel.get_map() and not full:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    timed_out = True
+                    break
+                for key, _ in sel.select(timeout=left):
+                    chunk = os.read(key.fd, 65536)
+                    if not chunk:
+                        sel.unregister(key.fileobj)
+                        continue
+                    buf = kept[key.fileobj]
+                    room = MAX_ANSWER_BYTES - len(buf)
+                    buf += chunk[:room]
+                    full = full or len(chunk) > room
+        if not (timed_out or full):
+            try:
+                proc.wait(timeout=max(0.01, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the program when stopped; children it left running
+        except OSError:
+            pass
+        proc.wait()
+        for stream in kept:
+            stream.close()
+    return (None if timed_out else proc.returncode), bytes(kept[proc.stdout]), bytes(kept[proc.stderr])
+
+
+def _said(out: bytes, err: bytes) -> str:
+    """What the program printed, one line and cut, for the message (stderr first: where errors go)."""
+    for data in (err, out):
+        lines = [ln.strip() for ln in data.decode("utf-8", "replace").splitlines() if ln.strip()]
+        if lines:
+            line = lines[-1]
+            return repr(line[:200] + ("..." if len(line) > 200 else ""))
+    return "no output"
+
+
 def installed_in(python: str) -> InstalledPlugin:
     """clef-vllm in the environment of interpreter ``python``; ``UsageError`` when it does not run as one."""
-    import subprocess
+    import secrets
 
     fix = "give --python the path of the environment's python (e.g. /path/to/venv/bin/python)"
     if not os.path.isfile(python) or not os.access(python, os.X_OK):
         raise UsageError(f"--python {python}: no executable file there", fix=fix)
+    nonce = secrets.token_hex(16)
     try:
-        done = subprocess.run([python, "-I", "-c", _SCRIPT], capture_output=True, timeout=PYTHON_TIMEOUT_S,
-                              stdin=subprocess.DEVNULL, cwd=os.path.dirname(os.path.abspath(python)))
-    except subprocess.TimeoutExpired:
-        raise UsageError(f"--python {python}: no answer within {PYTHON_TIMEOUT_S} s", fix=fix) from None
+        code, out, err = _run_bounded([python, "-I", "-c", _SCRIPT, nonce], os.path.dirname(os.path.abspath(python)))
     except OSError as exc:
         raise UsageError(f"--python {python}: cannot run it ({exc.strerror or exc})", fix=fix) from None
-    lines = done.stdout.decode("utf-8", "replace").strip().splitlines()
+    if code is None:
+        raise UsageError(f"--python {python}: no answer within {PYTHON_TIMEOUT_S} s (it was stopped)", fix=fix)
+    lines = out.decode("utf-8", "replace").strip().splitlines()
     try:
-        answer = json.loads(lines[-1]) if done.returncode == 0 and lines else None
+        answer = json.loads(lines[-1]) if code == 0 and lines else None
     except ValueError:
         answer = None
-    if not isinstance(answer, dict) or not isinstance(answer.get("version"), (str, type(None))):
-        said = (done.stderr.decode("utf-8", "replace").strip().splitlines() or ["no output"])[-1][:200]
-        raise UsageError(f"--python {python} did not run as a Python interpreter (exit {done.returncode}: {said})",
-                         fix=fix)
+    if len(out) >= MAX_ANSWER_BYTES:
+        raise UsageError(f"--python {python} did not run as a Python interpreter: it printed more than "
+                         f"{MAX_ANSWER_BYTES} bytes (stopped there; it began {_said(out[:200], b'')})", fix=fix)
+    if not (isinstance(answer, dict) and isinstance(answer.get("version"), (str, type(None)))
+            and isinstance(answer.get("python"), list) and answer.get("token") == _token(nonce, answer["python"])):
+        raise UsageError(f"--python {python} did not run as a Python interpreter (exit {code}: "
+                         f"{_said(out, err)})", fix=fix)
     location = answer.get("location")
     return InstalledPlugin("python", python, answer["version"], location if isinstance(location, str) else None)

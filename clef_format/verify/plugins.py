@@ -13,7 +13,8 @@ The plugins, and why each finding has its severity:
   environment of ``--python PATH`` (``read.installed_plugin``): the plugin ``vllm serve`` there would
   load. clef-vllm depends on clef-format, so an environment that has it is a serving environment;
   that it cannot serve these weights is a fact about what would happen there: ``plugin-incompatible``,
-  an error. An environment without clef-vllm adds a row and no finding.
+  an error. An environment without clef-vllm adds a row and no finding; one whose clef-vllm metadata
+  gives no valid version is an ``installed-plugin-unread`` warning (nothing to check it with).
 
 Only the plugin's own incompatibility is reported here: when no plugin at all may serve the weights
 (``marker-missing``, ``marker-invalid``, ``unknown-layout``), the layout checks already say so and
@@ -114,11 +115,15 @@ def installed_findings(ck: Checkpoint, found: InstalledPlugin, path: str,
     """The clef-vllm of an environment (the running one, or ``--python PATH``); ``bundled_serves``: whether
     the plugin the folder ships can serve the weights (its install command is then the first fix)."""
     row: dict[str, Any] = {"source": found.source, "where": found.where, "version": found.version, "can_serve": None}
-    if found.version is None:
-        return [], [row]
-    if not _valid(found.version):
+    if found.version is None and found.location is None:
+        return [], [row]  # not installed there
+    if found.version is None or not _valid(found.version):
         row["note"] = f"its metadata gives {found.version!r}, which is not a PEP 440 version"
-        return [], [row]
+        here = "in this Python" if found.source == "installed" else "in the environment of --python"
+        return [warning("installed-plugin-unread", f"the version of the clef-vllm installed {here} ({found.where}) "
+                        f"cannot be read: {row['note']}; whether it can serve these weights is not known",
+                        fix="reinstall the plugin (pip install --force-reinstall clef-vllm, or pip install "
+                            f"{plugin_dir_of(ck, path)} when the folder ships it), then run verify again")], [row]
     problem = _pair(ck, found.version, path)
     row["can_serve"] = problem is None
     if problem is None or problem[0] != "plugin-incompatible":

@@ -104,6 +104,11 @@ def test_release_files_are_quiet_but_a_pickle_is_not(releases, tmp_path):
 
     root = tmp_path / "clef"
     shutil.copytree(releases("layout-2", "0.2.1"), root)
+    from clef_format.fixtures.tensors import bf16, generator, save_file
+
+    # weights inside vllm_plugin/ (test data of the plugin): vLLM loads only top-level *.safetensors
+    (root / "vllm_plugin" / "tests").mkdir()
+    save_file({"w": bf16((2, 2), generator(0))}, root / "vllm_plugin" / "tests" / "data.safetensors")
     report = verify(str(root))
     assert report.findings == (), report.findings
     assert {"recipe.yaml", "scripts/sensitivity_scan.json", "scripts/shrink_tables.py", "chat_template.jinja",
@@ -171,6 +176,7 @@ def test_each_kind_names_its_file(releases):
 @pytest.mark.parametrize("case,expected", [
     ("setup.py over setup.cfg", "0.1.9"), ("pyproject over setup.py", "0.2.1"),
     ("pyproject over a stale __version__", "0.2.1"), ("computed setup.py over setup.cfg", "0.1.7"),
+    ("pyproject VERSION file", "0.2.3"),
 ])
 def test_several_sources_the_one_setuptools_builds_wins(releases, tmp_path, case, expected):
     """Where two files state a version, the reader takes the one pip's build really gives."""
@@ -185,6 +191,10 @@ def test_several_sources_the_one_setuptools_builds_wins(releases, tmp_path, case
     elif case == "computed setup.py over setup.cfg":
         (plugin / "setup.py").write_text("from setuptools import setup\n\nsetup(version='.'.join(['0', '1', '7']))\n")
         (plugin / "clef_vllm" / "__init__.py").write_text('__version__ = "0.1.7"\n')
+    elif case == "pyproject VERSION file":
+        (plugin / "pyproject.toml").write_text((plugin / "pyproject.toml").read_text().replace(
+            'version = "0.2.1"', 'dynamic = ["version"]') + '\n[tool.setuptools.dynamic]\nversion = {file = "./VERSION"}\n')
+        (plugin / "VERSION").write_text("0.2.3\n")
     elif case == "pyproject over setup.py":
         (plugin / "setup.py").write_text('from setuptools import setup\n\nsetup(version="0.1.9")\n')
     else:
@@ -200,6 +210,107 @@ def test_a_version_set_at_build_time_is_a_warning_not_a_guess(releases):
     assert (f.code, f.severity) == ("bundled-plugin-unread", "warning")
     assert "computes the version when it runs" in f.message
     assert report.details["plugins"][0]["can_serve"] is None
+
+
+_BUILD_ONLY = '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+_SRC_INIT = '__version__ = "0.1.4"\n'
+_DECOY_INIT = '__version__ = "0.2.0"\n'
+
+
+def _packaging(plugin: Path, case: str) -> None:
+    """A vllm_plugin/ whose packaging a naive reader gets wrong (0.2.0 would serve layout-2; setuptools
+    builds something else, or refuses)."""
+    for rel in ("pyproject.toml", "setup.py", "setup.cfg"):
+        (plugin / rel).unlink(missing_ok=True)
+    (plugin / "pyproject.toml").write_text(_BUILD_ONLY)
+    if case in ("setup-under-if", "setup-in-def", "two-setups"):
+        first = {"setup-under-if": 'if False:\n    setup(name="clef-vllm", version="0.2.0")\n',
+                 "setup-in-def": 'def unused():\n    setup(name="clef-vllm", version="0.2.0")\n',
+                 "two-setups": 'setup(name="clef-vllm", version="0.2.0", packages=["clef_vllm"])\n'}[case]
+        (plugin / "setup.py").write_text(f'from setuptools import setup\n{first}'
+                                         'setup(name="clef-vllm", version="0.1.4", packages=["clef_vllm"])\n')
+    elif case.startswith("src-"):
+        (plugin / "src" / "clef_vllm").mkdir(parents=True)
+        (plugin / "src" / "clef_vllm" / "__init__.py").write_text(_SRC_INIT)
+        (plugin / "clef_vllm" / "__init__.py").write_text(_DECOY_INIT)
+        if case == "src-discovered":  # no package-dir, no packages: setuptools discovers the src layout
+            (plugin / "pyproject.toml").write_text(
+                _BUILD_ONLY + '[project]\nname = "clef-vllm"\ndynamic = ["version"]\n'
+                '[tool.setuptools.dynamic]\nversion = {attr = "clef_vllm.__version__"}\n')
+            return
+        if case == "src-pyproject":
+            (plugin / "pyproject.toml").write_text(
+                _BUILD_ONLY + '[project]\nname = "clef-vllm"\ndynamic = ["version"]\n[tool.setuptools]\n'
+                'package-dir = {"" = "src"}\npackages = ["clef_vllm"]\n'
+                '[tool.setuptools.dynamic]\nversion = {attr = "clef_vllm.__version__"}\n')
+            return
+        (plugin / "setup.cfg").write_text(
+            "[metadata]\nname = clef-vllm\nversion = attr: clef_vllm.__version__\n[options]\npackages = clef_vllm\n"
+            + ("package_dir =\n    =src\n" if case == "src-setup-cfg" else ""))
+        (plugin / "setup.py").write_text("from setuptools import setup\nsetup("
+                                         + ("package_dir={'': 'src'}" if case == "src-setup-py" else "") + ")\n")
+    elif case == "attr-first-assignment":  # setuptools reads the first literal, without running the module
+        (plugin / "pyproject.toml").write_text(
+            _BUILD_ONLY + '[project]\nname = "clef-vllm"\ndynamic = ["version"]\n[tool.setuptools]\n'
+            'packages = ["clef_vllm"]\n[tool.setuptools.dynamic]\nversion = {attr = "clef_vllm.__version__"}\n')
+        (plugin / "clef_vllm" / "__init__.py").write_text(_SRC_INIT + _DECOY_INIT)
+    elif case == "no-version":
+        (plugin / "setup.py").write_text('from setuptools import setup\nsetup(name="clef-vllm", packages=["clef_vllm"])\n')
+        (plugin / "clef_vllm" / "__init__.py").write_text(_DECOY_INIT)
+    elif case == "static-and-dynamic":
+        (plugin / "pyproject.toml").write_text(
+            _BUILD_ONLY + '[project]\nname = "clef-vllm"\nversion = "0.2.0"\ndynamic = ["version"]\n'
+            '[tool.setuptools]\npackages = ["clef_vllm"]\n')
+
+
+def _built_version(plugin: Path, out: Path) -> str | None:
+    """The version pip's build of ``plugin`` gives (None: the build refuses)."""
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                           "--no-index", "-w", str(out), str(plugin)], capture_output=True, timeout=300,
+                          cwd=str(plugin.parent))
+    if proc.returncode != 0:
+        return None
+    (wheel,) = out.glob("clef_vllm-*.whl")
+    return wheel.name.split("-")[1]
+
+
+@pytest.mark.parametrize("case,built", [
+    ("src-setup-cfg", "0.1.4"), ("src-pyproject", "0.1.4"), ("src-setup-py", "0.1.4"), ("no-version", "0.0.0"),
+    ("attr-first-assignment", "0.1.4"), ("src-discovered", "0.1.4"),
+])
+def test_what_setuptools_resolves_is_what_is_read(releases, tmp_path, case, built):
+    """attr: through package_dir (a decoy package outside it says 0.2.0), and no version at all (0.0.0,
+    not the package's __version__): the version read is the one pip builds, and it cannot serve layout-2."""
+    import shutil
+
+    root = tmp_path / "clef"
+    shutil.copytree(releases("layout-2", "0.2.1", "setup-cfg"), root)
+    _packaging(root / "vllm_plugin", case)
+    assert _built_version(root / "vllm_plugin", tmp_path / "wheels") == built
+    report = verify(str(root))
+    (row,) = report.details["plugins"]
+    assert (row["version"], row["can_serve"]) == (built, False), row
+    assert "bundled-plugin-mismatch" in {f.code for f in report.findings}
+
+
+@pytest.mark.parametrize("case,built,why", [
+    ("setup-under-if", "0.1.4", "inside a block"), ("setup-in-def", "0.1.4", "inside a block"),
+    ("two-setups", None, "calls setup(...) 2 times"),
+    ("static-and-dynamic", None, "setuptools refuses to build it"),
+])
+def test_a_version_only_the_run_decides_is_unread_not_guessed(releases, tmp_path, case, built, why):
+    import shutil
+
+    root = tmp_path / "clef"
+    shutil.copytree(releases("layout-2", "0.2.1", "setup-cfg"), root)
+    _packaging(root / "vllm_plugin", case)
+    got = _built_version(root / "vllm_plugin", tmp_path / "wheels")
+    assert got == built and got != "0.2.0"
+    report = verify(str(root))
+    (row,) = report.details["plugins"]
+    assert (row["version"], row["can_serve"]) == (None, None), row
+    (f,) = [f for f in report.findings if f.code == "bundled-plugin-unread"]
+    assert f.severity == "warning" and why in f.message, f.message
 
 
 def _hostile(root: Path, case: str) -> None:
@@ -235,6 +346,11 @@ def _hostile(root: Path, case: str) -> None:
     elif case == "attr-missing-module":
         py.write_text(py.read_text().replace('version = "0.2.1"', 'dynamic = ["version"]')
                       + '\n[tool.setuptools.dynamic]\nversion = {attr = "clef_vllm.nowhere.__version__"}\n')
+    elif case in ("file-outside", "file-not-a-version"):
+        target = "../config.json" if case == "file-outside" else "README.md"
+        py.write_text(py.read_text().replace('version = "0.2.1"', 'dynamic = ["version"]')
+                      + f'\n[tool.setuptools.dynamic]\nversion = {{file = "{target}"}}\n')
+        (plugin / "README.md").write_text("clef-vllm\n\nthe serving plugin\n")
     elif case == "symlink-out":
         outside = root.parent / "outside.toml"
         outside.write_text('[project]\nname = "clef-vllm"\nversion = "0.2.1"\n')
@@ -244,7 +360,7 @@ def _hostile(root: Path, case: str) -> None:
 
 @pytest.mark.parametrize("case", ["huge", "not-utf8", "bad-toml", "setup-py-syntax", "setup-py-null", "deep-nesting",
                                   "constant-recomputed", "bad-setup-cfg", "other-package", "not-a-version", "attr-missing-module",
-                                  "symlink-out"])
+                                  "file-outside", "file-not-a-version", "symlink-out"])
 def test_hostile_plugin_files_are_a_note_never_a_traceback(releases, tmp_path, case):
     import shutil
 
@@ -274,6 +390,8 @@ def test_mini_toml_reader_of_python_3_10_reads_what_tomllib_reads(releases):
         assert mini["project"].get("dynamic") == full["project"].get("dynamic")
         assert mini.get("tool", {}).get("setuptools", {}).get("dynamic") == \
             full.get("tool", {}).get("setuptools", {}).get("dynamic")
+    text = _BUILD_ONLY + '[tool.setuptools]\npackage-dir = {"" = "src", clef_vllm = "lib/clef"}\n'
+    assert _mini_toml(text)["tool"] == tomllib.loads(text)["tool"]
 
 
 # -- the installed plugin: the running interpreter and --python ----------------------------------------
@@ -375,7 +493,118 @@ def test_a_bad_python_is_a_usage_error(releases, tmp_path, bad):
     assert payload["findings"][0]["code"] == "usage-error" and "--python" in payload["error"]
 
 
+def test_a_program_that_only_prints_json_is_not_an_interpreter(releases, tmp_path):
+    """A shell script printing what the probe would print: the answer lacks the token only Python computes."""
+    fake = tmp_path / "python"
+    fake.write_text('#!/bin/sh\necho \'{"version": "0.2.0", "location": "/x", "python": [3, 11, 7], "token": "0"}\'\n')
+    fake.chmod(0o755)
+    proc = run_cli("verify", str(releases("layout-2", "0.2.1")), "--json", "--python", str(fake))
+    assert proc.returncode == 2, proc.stdout
+    payload = json.loads(proc.stdout)
+    assert payload["findings"][0]["code"] == "usage-error"
+    assert "did not run as a Python interpreter (exit 0: " in payload["error"] and '"version": "0.2.0"' in payload["error"]
+
+
+def test_a_python_that_hangs_is_stopped_with_its_children(tmp_path, monkeypatch):
+    """The probe has a deadline, and nothing it started is left running after it."""
+    import time
+
+    from clef_format.errors import UsageError
+    from clef_format.read import installed_plugin
+
+    pidfile = tmp_path / "child.pid"
+    hang = tmp_path / "python"
+    hang.write_text(f"#!/bin/sh\nsleep 1000 &\necho $! > {pidfile}\nwait\n")
+    hang.chmod(0o755)
+    monkeypatch.setattr(installed_plugin, "PYTHON_TIMEOUT_S", 1)
+    start = time.monotonic()
+    with pytest.raises(UsageError) as exc:
+        installed_plugin.installed_in(str(hang))
+    assert time.monotonic() - start < 15
+    assert "no answer within 1 s" in str(exc.value)
+    child = int(pidfile.read_text())
+    for _ in range(50):  # the kill is asynchronous: give the kernel a moment to reap it
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        if Path(f"/proc/{child}/stat").read_text().split(")")[-1].split()[0] == "Z":
+            break  # killed, a zombie of init until reaped
+        time.sleep(0.1)
+    else:
+        os.kill(child, 9)
+        raise AssertionError("the hanging program's child was left running")
+
+
+def test_a_python_that_floods_its_output_is_read_only_so_far(releases, tmp_path):
+    """A --python printing 100 MB: verify reads a few KB, stays small, and says what it printed."""
+    flood = tmp_path / "python"
+    flood.write_text("#!/bin/sh\nhead -c 100000000 /dev/zero | tr '\\0' 'x'\n")
+    flood.chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    measure = ("import json, resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+               "print(json.dumps([p.returncode, p.stdout, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))")
+    out = subprocess.run([sys.executable, "-c", measure, *CLI, "verify", str(releases("layout-2", "0.2.1")), "--json",
+                          "--python", str(flood)], capture_output=True, text=True, env=env, timeout=300, check=True)
+    code, stdout, max_rss_kb = json.loads(out.stdout)
+    assert code == 2
+    error = json.loads(stdout)["error"]
+    assert "printed more than" in error and "'xxxx" in error and len(error) < 1000
+    assert max_rss_kb < 80_000, max_rss_kb
+
+
+def test_a_vllm_plugin_that_is_a_file_is_unread_not_silent(releases, tmp_path):
+    import shutil
+
+    root = tmp_path / "clef"
+    shutil.copytree(releases("layout-2", "0.2.1"), root)
+    shutil.rmtree(root / "vllm_plugin")
+    (root / "vllm_plugin").write_text("clef-vllm 0.2.1\n")
+    report = verify(str(root))
+    (row,) = report.details["plugins"]
+    assert (row["source"], row["version"], row["can_serve"]) == ("bundled", None, None)
+    (f,) = [f for f in report.findings if f.code == "bundled-plugin-unread"]
+    assert f.severity == "warning" and "not a folder" in f.message
+
+
+@pytest.mark.parametrize("metadata_version", ["garbage", ""])
+def test_an_installed_plugin_whose_version_cannot_be_read_is_a_warning(releases, installed, tmp_path,
+                                                                        metadata_version):
+    import re
+    import shutil
+
+    site = tmp_path / "site"
+    shutil.copytree(installed("0.2.1"), site)
+    (meta,) = site.glob("clef_vllm-*.dist-info/METADATA")
+    meta.write_text(re.sub(r"(?m)^Version: .*$", f"Version: {metadata_version}".rstrip(), meta.read_text()))
+    proc = run_cli("verify", str(releases("layout-2", "0.2.1")), "--json", pythonpath=[site])
+    assert proc.returncode == 0, proc.stdout
+    payload = json.loads(proc.stdout)
+    (f,) = payload["findings"]
+    assert (f["code"], f["severity"]) == ("installed-plugin-unread", "warning")
+    assert "installed in this Python" in f["message"] and "not a PEP 440 version" in f["message"]
+    row = payload["plugins"][-1]
+    assert (row["source"], row["can_serve"]) == ("installed", None) and str(site) in row["where"]
+
+
 def test_python_and_plugin_version_together_is_a_usage_error(releases):
     proc = run_cli("verify", str(releases("layout-2", "0.2.1")), "--json", "--python", sys.executable,
                    "--plugin-version", "0.2.1")
     assert proc.returncode == 2 and json.loads(proc.stdout)["findings"][0]["code"] == "usage-error"
+
+
+def test_no_plugin_installed_costs_no_importlib_metadata(installed):
+    """The structure path stays light: importlib.metadata is imported only when a clef_vllm metadata
+    folder is on sys.path (and then gives the answer)."""
+    probe = ("import sys; from clef_format.read.installed_plugin import installed_here; p = installed_here(); "
+             "print(p.version, 'importlib.metadata' in sys.modules)")
+    for path, expected in (([], "None False"), ([installed("0.2.1")], "0.2.1 True")):
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, path), str(REPO)])}
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+        assert out.stdout.strip() == expected
+
+
+def test_layers_shows_verify_verdict_with_the_bundled_plugin(releases):
+    proc = run_cli("layers", str(releases("layout-2", "0.1.4")), "--json")
+    assert proc.returncode == 1
+    assert "bundled-plugin-mismatch" in {f["code"] for f in json.loads(proc.stdout)["findings"]}
