@@ -175,12 +175,13 @@ def main(argv: list[str]) -> int:
         start = time.monotonic()
         try:
             info.update(produce(name, base, out))
-            add_release_parts(out, layout="layout-1")
             info["error"] = None
         except Exception as e:  # the tool's own failure on CPU: recorded, the output is absent
             shutil.rmtree(out, ignore_errors=True)
             info["error"] = f"{type(e).__name__}: {e}"
             info["traceback"] = traceback.format_exc()[-4000:]
+        if info["error"] is None:  # our own assembly: a failure here fails the build (never cached half-made)
+            add_release_parts(out, layout="layout-1")
         info["seconds"] = round(time.monotonic() - start, 1)
         (root / f"{name}.json").write_text(json.dumps(info, indent=2) + "\n")
         print(f"producer: {name}: {'failed: ' + info['error'] if info['error'] else 'ok'} ({info['seconds']} s)",
