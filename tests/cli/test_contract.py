@@ -109,6 +109,14 @@ def cases(built: Callable[..., Path]) -> dict[tuple[str, str], Setup]:
         subprocess.run(["cp", "-al", str(built("layout-2", full_size=True)), str(dst)], check=True)
         return dst
 
+    def fulls(tmp: Path) -> Path:
+        """Three full-size copies as hard links: scan --deep hashes them one after the other (seconds each)."""
+        dst = tmp / "copies"
+        dst.mkdir()
+        for name in ("a", "b", "c"):
+            subprocess.run(["cp", "-al", str(built("layout-2", full_size=True)), str(dst / name)], check=True)
+        return dst
+
     missing = lambda tmp: tmp / "absent"  # noqa: E731
     c: dict[tuple[str, str], Setup] = {
         ("verify", "ok"): lambda t: ["verify", str(good(t))],
@@ -147,7 +155,7 @@ def cases(built: Callable[..., Path]) -> dict[tuple[str, str], Setup]:
         ("scan", "usage"): lambda t: ["scan", str(t), "--jobs", "0"],
         ("scan", "path-missing"): lambda t: ["scan", str(missing(t))],
         ("scan", "permission-denied"): lambda t: ["scan", str(unreadable_dir(t))],
-        ("scan", "interrupted"): lambda t: ["scan", str(full(t).parent), "--deep"],
+        ("scan", "interrupted"): lambda t: ["scan", str(fulls(t)), "--deep"],
         ("codes", "ok"): lambda t: ["codes"],
         ("codes", "usage"): lambda t: ["codes", "extra-argument"],
     }
