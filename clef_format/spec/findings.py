@@ -89,6 +89,7 @@ CODES: dict[str, str] = {
     "digest-mismatch": "a tensor's bytes differ from the digest its file's metadata records (a table edited, swapped or replaced by one of the same shape)",
     "bundled-plugin-mismatch": "the plugin the folder ships in vllm_plugin/ cannot serve its weights: weights and plugin come from different revisions",
     "bundled-plugin-unread": "the version of the plugin in vllm_plugin/ cannot be read without running its build (warning)",
+    "tree-too-deep": "folders nest deeper inside the checkpoint than the reader descends (a hostile or broken tree): what lies below was not read",
 }
 
 #: Codes that mean the command could not run: the CLI exits 2 when a report holds one of them.
