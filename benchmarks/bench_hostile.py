@@ -25,11 +25,12 @@ from clef_format.spec import layouts as L
 PY = sys.executable
 
 
-def write_many_tensors(path: str, n: int) -> int:
-    """A valid safetensors file of ``n`` F32 scalars (offsets contiguous, data sparse); returns the header size."""
+def write_many_tensors(path: str, n: int, name_len: int = 0) -> int:
+    """A valid safetensors file of ``n`` F32 scalars (offsets contiguous, data sparse), names padded to
+    ``name_len`` characters; returns the header size."""
     parts = []
     for i in range(n):
-        parts.append(f'"m.{i:07d}.weight":'
+        parts.append(f'"{f"m.{i:07d}.weight":x<{name_len}}":'
                      f'{{"dtype":"F32","shape":[1],"data_offsets":[{4 * i},{4 * i + 4}]}}')
     raw = ("{" + ",".join(parts) + "}").encode()
     raw += b" " * (-len(raw) % 8)
@@ -68,12 +69,13 @@ def main() -> None:
     ap.add_argument("--workdir", default="/tmp/clef-hostile")
     ap.add_argument("--tensors", type=int, default=1_200_000)
     ap.add_argument("--phantoms", type=int, default=350_000)
+    ap.add_argument("--name-len", type=int, default=0, help="pad tensor names to this many characters")
     args = ap.parse_args()
     subprocess.run(["rm", "-rf", args.workdir], check=True)  # shutil.rmtree recurses: the deep folder breaks it
     os.makedirs(args.workdir)
     cases = {}
     big = str(build_checkpoint(os.path.join(args.workdir, "big-header")))
-    size = write_many_tensors(os.path.join(big, L.BACKBONE_SINGLE), args.tensors)
+    size = write_many_tensors(os.path.join(big, L.BACKBONE_SINGLE), args.tensors, args.name_len)
     cases[f"header {size / 1e6:.0f} MB, {args.tensors:,} tensors"] = big
     idx = str(build_checkpoint(os.path.join(args.workdir, "phantom-index")))
     phantom_index(idx, args.phantoms)

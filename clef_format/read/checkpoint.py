@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 from clef_format.read.hf_cache import blobs_dir, is_hf_snapshot
 from clef_format.read.paths import inside, safe_member
-from clef_format.read.safetensors import MAX_TENSORS, Header, HeaderError, TensorInfo, read_header
+from clef_format.read.safetensors import Header, HeaderError, TensorInfo, read_header
 from clef_format.read.walk import MAX_DEPTH, walk
 from clef_format.spec import layouts as L
 from clef_format.spec.findings import Finding, error, warning
@@ -32,9 +32,9 @@ MAX_JSON_BYTES = 16 * 1024 * 1024
 #: Pickle-based weight files: never loaded, always reported.
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 SKIP_DIRS = {".git", ".cache"}
-#: Entries the backbone index may hold (the 9B's has ~1,300; one entry per tensor, so the per-file
-#: limit of the headers is the scale): more is refused before the JSON is parsed (docs/SECURITY.md).
-MAX_INDEX_ENTRIES = MAX_TENSORS
+#: Entries the backbone index may hold (the 9B's has ~1,300, the largest published MoE checkpoints
+#: under 200,000): more is refused before the JSON is parsed (docs/SECURITY.md).
+MAX_INDEX_ENTRIES = 200_000
 
 
 class Checkpoint:

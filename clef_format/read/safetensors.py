@@ -31,9 +31,10 @@ DTYPE_BITS: dict[str, int] = {
 }
 
 #: Tensors one file may hold. safetensors' own limit is the header size (100 MB: ~1.2 million tiny
-#: tensors, ~3 GB of memory to read); a 9B shard holds ~1,300 and the largest published MoE checkpoints
-#: well under 100,000 per file, so more is refused before the JSON is parsed (docs/SECURITY.md).
-MAX_TENSORS = 200_000
+#: tensors, ~3 GB of memory to read); a 9B checkpoint holds ~1,300 and the shards of the largest
+#: published MoE checkpoints a few thousand each, so more is refused before the JSON is parsed
+#: (docs/SECURITY.md states what the limit costs).
+MAX_TENSORS = 100_000
 
 _U64_MAX = 2**64 - 1
 
