@@ -31,9 +31,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*CLI, *args], capture_output=True, text=True)
 
 
-def _nest(root: Path, depth: int) -> Path:
+def _nest(root: Path, depth: int, first: str = "deep") -> Path:
     """``root/deep/d/d/...`` ``depth`` folders deep (os.makedirs and shutil.rmtree recurse: not used)."""
-    d = root / "deep"
+    d = root / first
     for _ in range(depth):
         os.mkdir(d)
         d = d / "d"
@@ -159,3 +159,19 @@ def test_capping_keeps_order_and_is_stable() -> None:
     report = make_report("verify", "x", None, kept, {"capped": capped})
     again = make_report("verify", "x", None, report.findings, report.details)
     assert again.findings == report.findings and dict(again.details) == {"capped": capped}
+
+
+def test_a_deep_tree_in_the_local_dir_download_cache_is_no_traceback(fresh) -> None:
+    """``.cache/`` is skipped by the tree walk but searched for unfinished downloads: walked the same way."""
+    root = fresh()
+    cache = root / ".cache" / "huggingface" / "download"
+    cache.parent.mkdir(parents=True)
+    bottom = _nest(cache.parent, sys.getrecursionlimit() + 50, first=cache.name)
+    (cache / "model.safetensors.incomplete").write_bytes(b"")
+    try:
+        proc = _cli("verify", str(root), "--json")
+        assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+        codes = [f["code"] for f in json.loads(proc.stdout)["findings"]]
+        assert codes == ["partial-download"]  # the unfinished file at the top is still found
+    finally:
+        _unnest(bottom, root)
