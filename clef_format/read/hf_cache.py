@@ -232,7 +232,6 @@ def incomplete_downloads(folder: str, recursive: bool) -> list[str]:
     for dirpath, dirnames, filenames in walk(folder):  # iterative, depth-limited: a deep tree is no RecursionError
         if not recursive:
             dirnames[:] = []
-        seen += len(dirnames)
         for name in filenames:
             seen += 1
             if name.endswith(".incomplete"):
