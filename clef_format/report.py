@@ -54,10 +54,52 @@ class Report(Record):
         return out
 
 
+#: Findings kept per class (code, severity); the rest of a class is one summary finding that says how many.
+MAX_FINDINGS_PER_CLASS = 20
+
+
+def cap_findings(findings: Iterable[Finding]) -> tuple[list[Finding], dict[str, int]]:
+    """Keep the first ``MAX_FINDINGS_PER_CLASS`` findings of each (code, severity) and replace the rest of
+    a class by one finding of the same code and severity ("... and N more"), so the exit status and the
+    codes are unchanged while a hostile file (a million stray tensors) costs a bounded report. Also
+    returns ``{"code/severity": N}`` of what was left out. A class of exactly one more than the cap is kept
+    whole (a summary would save nothing), which makes capping a capped list change nothing."""
+    findings = list(findings)
+    counts: dict[tuple[str, str], int] = {}
+    for f in findings:
+        key = (f.code, f.severity)
+        counts[key] = counts.get(key, 0) + 1
+    over = {key for key, n in counts.items() if n > MAX_FINDINGS_PER_CLASS + 1}
+    if not over:
+        return findings, {}
+    kept: list[Finding] = []
+    seen: dict[tuple[str, str], int] = {}
+    for f in findings:
+        key = (f.code, f.severity)
+        if key in over:
+            seen[key] = seen.get(key, 0) + 1
+            if seen[key] > MAX_FINDINGS_PER_CLASS:
+                continue
+        kept.append(f)
+    capped: dict[str, int] = {}
+    for code, severity in sorted(over):
+        more = counts[(code, severity)] - MAX_FINDINGS_PER_CLASS
+        capped[f"{code}/{severity}"] = more
+        kept.append(Finding(code, severity, f"... and {more} more {code} {severity}s like the "
+                            f"{MAX_FINDINGS_PER_CLASS} above (left out of this report)",
+                            fix="fix the ones listed and run again to see the rest"))
+    return kept, capped
+
+
 def make_report(command: str, path: str | None, layout: str | None = None, findings: Iterable[Finding] = (),
                 details: Mapping[str, Any] | None = None) -> Report:
-    """A frozen report (``details`` is copied, then exposed read-only)."""
-    return Report(command, path, layout, tuple(findings), MappingProxyType(dict(details or {})))
+    """A frozen report (``details`` is copied, then exposed read-only). Findings are capped per class
+    (``cap_findings``); what was left out is counted in the ``capped`` detail."""
+    kept, capped = cap_findings(findings)
+    details = dict(details or {})
+    if capped:
+        details["capped"] = {**details.get("capped", {}), **capped}
+    return Report(command, path, layout, tuple(kept), MappingProxyType(details))
 
 
 class ReportDraft:

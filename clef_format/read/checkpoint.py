@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 from clef_format.read.hf_cache import blobs_dir, is_hf_snapshot
 from clef_format.read.paths import inside, safe_member
 from clef_format.read.safetensors import Header, HeaderError, TensorInfo, read_header
+from clef_format.read.walk import MAX_DEPTH, walk
 from clef_format.spec import layouts as L
 from clef_format.spec.findings import Finding, error, warning
 from clef_format.spec.layouts import Layout, LayoutFacts
@@ -31,6 +32,9 @@ MAX_JSON_BYTES = 16 * 1024 * 1024
 #: Pickle-based weight files: never loaded, always reported.
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 SKIP_DIRS = {".git", ".cache"}
+#: Entries the backbone index may hold (the 9B's has ~1,300, the largest published MoE checkpoints
+#: under 200,000): more is refused before the JSON is parsed (docs/SECURITY.md).
+MAX_INDEX_ENTRIES = 200_000
 
 
 class Checkpoint:
@@ -102,7 +106,14 @@ def _scan_files(ck: Checkpoint) -> None:
     allowed = [root_real]
     if ck.hf_snapshot:
         allowed.append(os.path.realpath(blobs_dir(ck.root)))
-    for dirpath, dirnames, filenames in os.walk(ck.root, onerror=unlistable, followlinks=False):
+    def too_deep(path: str) -> None:
+        rel = os.path.relpath(path, ck.root).replace(os.sep, "/")
+        ck.findings.append(error(
+            "tree-too-deep", f"{rel.split('/', 1)[0]}/... nests more than {MAX_DEPTH} folders deep; "
+            f"not read below {MAX_DEPTH} levels", file=rel,
+            fix="remove the deeply nested folders: a checkpoint nests a few levels at most"))
+
+    for dirpath, dirnames, filenames in walk(ck.root, onerror=unlistable, too_deep=too_deep):
         rel_dir = os.path.relpath(dirpath, ck.root)
         keep = []
         for d in sorted(dirnames):
@@ -157,8 +168,11 @@ def _scan_files(ck: Checkpoint) -> None:
             ck.files[rel] = st.st_size
 
 
-def _read_json(ck: Checkpoint, rel: str) -> Any:
-    """Parse a JSON file of the checkpoint; a finding (and ``None``) when it is not usable."""
+def _read_json(ck: Checkpoint, rel: str, max_entries: int | None = None) -> Any:
+    """Parse a JSON file of the checkpoint; a finding (and ``None``) when it is not usable.
+
+    ``max_entries`` bounds the string pairs (``"key": "value"``) the file may hold, counted in its bytes
+    before parsing: every pair needs four literal '"' (an escaped one only adds to the count)."""
     size = ck.files[rel]
     if size > MAX_JSON_BYTES:
         ck.findings.append(error("bad-config", f"{rel} is {size} bytes, over the {MAX_JSON_BYTES} limit; not read",
@@ -170,6 +184,11 @@ def _read_json(ck: Checkpoint, rel: str) -> Any:
             data = fh.read()
     except OSError as exc:
         _unreadable(ck, rel, "cannot be read", exc)
+        return None
+    pairs = data.count(b'"') // 4
+    if max_entries is not None and pairs > max_entries:
+        ck.findings.append(error("bad-config", f"{rel} holds up to {pairs} entries, over the limit of {max_entries}; "
+                                 "not read", file=rel, fix="restore the file from the original download"))
         return None
     try:
         equal: list[str] = []
@@ -254,7 +273,7 @@ def _read_headers(ck: Checkpoint) -> None:
 
 def _read_backbone(ck: Checkpoint) -> None:
     if ck.has(L.BACKBONE_INDEX):
-        index = _read_json(ck, L.BACKBONE_INDEX)
+        index = _read_json(ck, L.BACKBONE_INDEX, MAX_INDEX_ENTRIES)
         if index is None:
             ck.layout_unread = L.BACKBONE_INDEX  # the backbone is whatever the index names: not known
             return

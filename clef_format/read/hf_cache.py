@@ -16,6 +16,7 @@ import re
 import stat
 
 from clef_format.errors import PathNotFound
+from clef_format.read.walk import walk
 
 # Patterns are compiled on first use (re caches them): verify of a plain folder needs few of them.
 _SHA256 = r"^[0-9a-f]{64}$"
@@ -228,7 +229,7 @@ def incomplete_downloads(folder: str, recursive: bool) -> list[str]:
     """Names of ``*.incomplete`` files under ``folder`` (relative, sorted); only names are listed."""
     out: list[str] = []
     seen = 0
-    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+    for dirpath, dirnames, filenames in walk(folder):  # iterative, depth-limited: a deep tree is no RecursionError
         if not recursive:
             dirnames[:] = []
         for name in filenames:

@@ -30,6 +30,12 @@ DTYPE_BITS: dict[str, int] = {
     "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
 }
 
+#: Tensors one file may hold. safetensors' own limit is the header size (100 MB: ~1.2 million tiny
+#: tensors, ~3 GB of memory to read); a 9B checkpoint holds ~1,300 and the shards of the largest
+#: published MoE checkpoints a few thousand each, so more is refused before the JSON is parsed
+#: (docs/SECURITY.md states what the limit costs).
+MAX_TENSORS = 100_000
+
 _U64_MAX = 2**64 - 1
 
 
@@ -127,6 +133,12 @@ _DECODER = json.JSONDecoder(object_pairs_hook=tuple, parse_constant=_no_constant
 def parse_header(raw: bytes, file_size: int) -> Header:
     """Validate header bytes (without the 8-byte prefix) against a file of ``file_size`` bytes."""
     data_start = 8 + len(raw)
+    # Every entry is a JSON object, and an object needs a literal '{' (no escape makes one outside a
+    # string): the count bounds the entries from above, at the cost of one pass over the bytes.
+    objects = raw.count(b"{") - 2  # less the header itself and __metadata__
+    if objects > MAX_TENSORS:
+        raise HeaderError("too-many-tensors", f"header holds up to {objects} entries, over the limit of {MAX_TENSORS} "
+                          "tensors per file; not parsed")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
