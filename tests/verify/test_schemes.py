@@ -18,7 +18,7 @@ import pytest
 
 from clef_format.fixtures.configs import full_config
 from clef_format.fixtures.quant import SCHEME_BUILDS, build_quant_config
-from clef_format.fixtures.tensors import Tensor, load_file, save_file
+from clef_format.fixtures.tensors import Tensor, bf16_of, load_file, save_file
 from clef_format.read.checkpoint import read_checkpoint
 from clef_format.read.safetensors import read_header, read_scalars, tensor_nbytes
 from clef_format.spec import schemes
@@ -299,3 +299,33 @@ def test_only_merged_layers_but_their_last_partition_are_held_to_the_block() -> 
     assert R.block_problem(ragged_last, entry, R.WNA16) is None  # only the FP8 schemes validate blocks
     ragged_first = ragged_last._replace(shards=(ragged_last.shards[2], *ragged_last.shards[:2]))
     assert R.block_problem(ragged_first, entry, R.FP8_W8A16) is not None
+
+
+# ----------------------------------------------------------------------------- one-element scales, structure path
+
+
+@pytest.mark.parametrize("build,scale,value,code", [
+    ("nvfp4", "weight_global_scale", float("nan"), "nonfinite-scale"),
+    ("nvfp4", "weight_global_scale", 0.0, "scale-range"),
+    ("nvfp4", "weight_global_scale", -33600.0, "scale-range"),
+    ("nvfp4", "input_global_scale", float("inf"), "nonfinite-scale"),
+    ("fp8_kv", "k_scale", float("nan"), "nonfinite-scale"),
+])
+def test_a_bad_one_element_scale_is_an_error_without_deep(fresh: Callable[..., Path], build: str, scale: str,
+                                                          value: float, code: str) -> None:
+    """vLLM's dequantization divides or multiplies by these as stored: NaN/inf/sign-flipped output."""
+    root = fresh("layout-2", build)
+    ck = read_checkpoint(root)
+    name = next(n for n, i in sorted(ck.backbone.items()) if n.endswith(f".{scale}") and i.numel == 1)
+    data = np.full(ck.backbone[name].shape, value, np.float32)
+    stored = bf16_of(data) if ck.backbone[name].dtype == "BF16" else Tensor("F32", data)
+    _edit_tensors(root, lambda t: t.update({name: stored}))
+    errors = _errors(root)
+    assert [(f.code, f.tensor) for f in errors] == [(code, name)]
+    assert repr(value) in errors[0].message
+
+
+def test_a_negative_scale_of_a_fused_pair_is_a_scale_error_not_a_ratio(fresh: Callable[..., Path]) -> None:
+    root = fresh("layout-2", "nvfp4")
+    _set_scales(root, "weight_global_scale", {f"{LA0}.in_proj_z": -33600.0})
+    assert [(f.code, f.tensor) for f in _errors(root)] == [("scale-range", f"{LA0}.in_proj_z.weight_global_scale")]
