@@ -154,6 +154,8 @@ def test_a_missing_or_misshapen_kv_scale(fresh: Callable[..., Path]) -> None:
     found = {(f.code, f.severity, f.tensor) for f in verify(str(root)).findings}
     assert ("tensor-missing", "warning", f"{SA3}.v_scale") in found
     assert ("tensor-shape", "error", f"{SA3}.k_scale") in found
+    (msg,) = [f.message for f in verify(str(root)).findings if f.code == "tensor-shape"]
+    assert "expected F32/BF16 [1] or [] (one scale per tensor" in msg  # vLLM loads either
 
 
 # ----------------------------------------------------------------------------- FP8 block shapes

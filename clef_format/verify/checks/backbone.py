@@ -162,7 +162,8 @@ def check_backbone(ck: Checkpoint) -> Iterator[Finding]:
         accounted.add(name)
         if info.dtype not in spec.dtypes or tuple(info.shape) not in spec.shapes:
             yield error("tensor-shape", f"{name} is {info.dtype}{list(info.shape)}, expected "
-                        f"{'/'.join(spec.dtypes)} [1] (one scale per tensor: vLLM's per-tensor KV-cache scale)",
+                        f"{'/'.join(spec.dtypes)} {' or '.join(str(list(sh)) for sh in spec.shapes)} (one scale per "
+                        "tensor: vLLM's per-tensor KV-cache scale)",
                         tensor=name, file=ck.tensor_file.get(name), fix=_REDOWNLOAD)
     vocab_hidden = table_shape(cfg)
     for table in ck.tables:
