@@ -17,7 +17,6 @@ import pytest
 from clef_format.fixtures.builders import build_checkpoint
 from clef_format.verify.run import verify
 from tests.tier_vllm import hooks_support as hs
-from tests.tier_vllm import oracle
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -30,7 +29,6 @@ def _tear_down_groups() -> Any:
 
 
 @pytest.mark.vllm
-@pytest.mark.skipif(oracle.VERSION == "0.28", reason="0.28 cannot build FP8 layers on a CPU-only machine")
 def test_kv_scales_without_a_scheme_are_loaded(tmp_path: Path) -> None:
     root = build_checkpoint(tmp_path / "ck", layout="layout-1", build="fp8_kv", num_layers=4, multimodal=False)
     config = json.loads((root / "config.json").read_text())
