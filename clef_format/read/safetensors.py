@@ -243,12 +243,32 @@ def read_header(path: str | os.PathLike[str]) -> Header:
     return parse_header(raw, file_size)
 
 
-#: dtypes ``read_scalars`` decodes (``memoryview.cast`` formats: no ``struct`` import on the structure path).
-_SCALAR_FORMATS = {"F32": "f", "F64": "d"}
+#: dtypes ``read_scalars`` decodes (``memoryview.cast`` formats: no ``struct`` import on the structure path;
+#: BF16 and F16 are widened to F32 bits by hand).
+_SCALAR_FORMATS = {"F32": "f", "F64": "d", "BF16": "", "F16": ""}
+
+
+def _half(bits: int) -> float:
+    """IEEE binary16 bits -> float (memoryview.cast has no 'e')."""
+    sign = -1.0 if bits & 0x8000 else 1.0
+    exp, frac = (bits >> 10) & 0x1F, bits & 0x3FF
+    if exp == 0x1F:
+        return sign * float("inf") if frac == 0 else float("nan")
+    if exp == 0:
+        return sign * frac * 2.0 ** -24
+    return sign * (1 + frac / 1024) * 2.0 ** (exp - 15)
+
+
+def _scalar(dtype: str, raw: bytes) -> float:
+    if dtype == "BF16":  # the high half of an F32
+        return float(memoryview(b"\x00\x00" + raw).cast("f")[0])  # little-endian host, as the F32 cast
+    if dtype == "F16":
+        return _half(raw[0] | raw[1] << 8)
+    return float(memoryview(raw).cast(_SCALAR_FORMATS[dtype])[0])
 
 
 def read_scalars(path: str | os.PathLike[str], header: Header, names: list[str]) -> dict[str, float]:
-    """The values of one-element F32/F64 tensors of one file, read at their header offsets (a few bytes
+    """The values of one-element F32/F64/BF16/F16 tensors of one file, read at their header offsets (a few bytes
     each, one open): global scales and the like, without loading tensors. Other entries are left out."""
     out: dict[str, float] = {}
     wanted = [(header.tensors[n], n) for n in names if n in header.tensors]
@@ -260,5 +280,5 @@ def read_scalars(path: str | os.PathLike[str], header: Header, names: list[str])
             fh.seek(header.data_start + info.begin)
             raw = fh.read(info.nbytes)
             if len(raw) == info.nbytes:
-                out[name] = float(memoryview(raw).cast(_SCALAR_FORMATS[info.dtype])[0])
+                out[name] = _scalar(info.dtype, raw)
     return out

@@ -37,7 +37,7 @@ CODES: dict[str, str] = {
     "tables-missing": "embed_tokens / lm_head are neither in the backbone nor in the int8 tables file",
     "tables-duplicated": "the tables are both in the backbone and in the int8 tables file",
     "table-shape": "a table's name, dtype or shape disagrees with the config or the format; as a warning: a tensor the format does not define beside the tables (ignored by the plugin)",
-    "nonfinite-scale": "a table row scale is NaN, infinite or negative",
+    "nonfinite-scale": "a scale (a table row's, or a backbone scale: NVFP4 global, FP8, KV cache) is NaN or infinite (a negative table row scale too)",
     "tables-metadata": "the int8 tables file's metadata says another format; as a warning: provenance metadata (quality, source_dtype, digests, ...) missing or unreadable",
     # joint head
     "head-incomplete": "the joint head lacks tensors or its config lacks keys",

@@ -239,6 +239,19 @@ def kv_cache_params(cfg: ModelConfig) -> dict[str, ParamSpec]:
     return out
 
 
+def unscheduled_kv_scales(cfg: ModelConfig) -> list[str]:
+    """The ``self_attn.k_scale`` / ``v_scale`` names vLLM loads from a compressed-tensors checkpoint whose
+    config has no ``kv_cache_scheme``: ``CompressedTensorsConfig.get_quant_method`` gives every
+    ``Attention`` a ``CompressedTensorsKVCacheMethod`` whatever ``kv_cache_scheme`` says (its validator
+    returns on None; vLLM 0.28 and 0.33), whose ``create_weights`` makes the ``k_scale`` / ``v_scale``
+    parameters the cache-scale mapper loads into. Empty when there is a scheme (``kv_cache_params``)."""
+    quant = cfg.quantization or {}
+    if quant.get("quant_method") != "compressed-tensors" or kv_cache_params(cfg):
+        return []
+    return [f"{layer_prefix(cfg, i)}.self_attn.{n}" for i, kind in enumerate(cfg.text.layer_types)
+            if kind == "full_attention" for n in ("k_scale", "v_scale")]
+
+
 def linear_modules(cfg: ModelConfig) -> list[LinearSpec]:
     """Every Linear module of the backbone (HF names, unfused), in model order."""
     return list(_linear_modules(cfg.text, cfg.vision))

@@ -44,7 +44,7 @@ from clef_format.spec.layouts import Layout
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
-    from typing import Any, Mapping
+    from typing import Any, Collection, Mapping
 
 FORMAT_VERSION = "1"
 QUANT_METHOD = "int8-symmetric-absmax-per-row"
@@ -133,8 +133,9 @@ def read_digests(metadata: Mapping[str, str]) -> tuple[dict[str, str], str | Non
         return {}, f"metadata {DIGESTS_KEY!r} is not a JSON object"
     out, bad = {}, []
     prefix = DIGEST_ALGORITHM + ":"
-    for name, value in obj.items():
-        hexpart = value[len(prefix):] if isinstance(value, str) and value.startswith(prefix) else ""
+    for name, value in obj.items():  # case-insensitive, as hex digests are: "BLAKE3:" and upper-case hex read alike
+        low = value.lower() if isinstance(value, str) else ""
+        hexpart = low[len(prefix):] if low.startswith(prefix) else ""
         if len(hexpart) == 64 and not hexpart.strip("0123456789abcdef"):
             out[name] = hexpart
         else:
@@ -154,17 +155,23 @@ def metadata_problems(metadata: Mapping[str, str], tables: tuple[str, ...] | Non
     return problems
 
 
-def metadata_notes(metadata: Mapping[str, str], tables: tuple[str, ...] | None = None) -> list[str]:
-    """Provenance the file lacks or garbles (a missing key, ``quality``, ``source_dtype``, ``digests``):
-    no loader reads it, and the release's own tables file may not carry it, so these are notes."""
+def metadata_notes(metadata: Mapping[str, str], tables: tuple[str, ...] | None = None,
+                   tensors: Collection[str] | None = None) -> list[str]:
+    """Provenance the file lacks or garbles (a missing key, ``quality``, ``source_dtype``, ``digests``,
+    a digest of a tensor the file does not hold: ``tensors``, the file's names): no loader reads it,
+    and the release's own tables file may not carry it, so these are notes."""
     notes = [f"metadata lacks {key!r}" for key in REQUIRED_METADATA if key not in metadata]
     if "source_dtype" in metadata and metadata["source_dtype"] not in SOURCE_DTYPES:
         notes.append(f"metadata source_dtype={metadata['source_dtype']!r}, expected one of {', '.join(SOURCE_DTYPES)}")
     if "quality" in metadata:
         notes += _quality_problems(metadata["quality"], tables)
-    problem = read_digests(metadata)[1]
+    recorded, problem = read_digests(metadata)
     if problem:
         notes.append(problem)
+    stray = sorted(set(recorded) - set(tensors)) if tensors is not None else []
+    if stray:
+        notes.append(f"metadata {DIGESTS_KEY!r} records {len(stray)} tensor(s) the file does not hold "
+                     f"({', '.join(stray[:5])}): a tensor renamed or dropped after the digests were written")
     return notes
 
 

@@ -217,13 +217,13 @@ def _float_chunk(t: _Tally, a: "object", base: int, limit: float, is_global: boo
     arr = np.where(finite, arr, 0.0)
     neg = np.flatnonzero(arr < 0)
     t.add("negative", int(neg.size), neg[:5] + base)
-    if is_global:
-        nonpos = np.flatnonzero(arr <= 0)
+    if is_global:  # among the finite values: a NaN is reported as such, never as "got 0.0"
+        nonpos = np.flatnonzero(finite & (arr <= 0))
         t.add("nonpositive", int(nonpos.size), nonpos[:5] + base)
     over = np.flatnonzero(np.abs(arr) > limit)
     t.add("over", int(over.size), over[:5] + base)
-    if arr.size:
-        m = float(arr.min())
+    if finite.any():
+        m = float(arr[finite].min())
         t.minimum = m if t.minimum is None else min(t.minimum, m)
 
 
@@ -272,6 +272,12 @@ def scale_findings(ck: Checkpoint) -> Iterator[Finding]:
     from clef_format.verify.checks.startup import startup_findings
 
     yield from startup_findings(ck)  # the tables' value rules and digests (their scales: check_tables), the tokenizer
+    yield from backbone_scale_findings(ck)
+
+
+def backbone_scale_findings(ck: Checkpoint) -> Iterator[Finding]:
+    """Every backbone scale tensor decoded, streamed in ``SCALE_CHUNK`` pieces (bounded memory): what
+    ``verify --deep`` and the serving gate refuse (``nonfinite-scale``, ``scale-range``)."""
     targets = {rel: names for rel, names in scale_tensors(ck).items() if rel != L.TABLES}
     fix_backbone = "re-download the backbone; if it was quantized locally, re-run the quantization"
     fix_tables = "re-create the tables with clef-format migrate from a layout-1 copy, or re-download them"

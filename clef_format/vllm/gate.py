@@ -81,8 +81,9 @@ def check_checkpoint(source: CheckpointSource, plugin_version: str, vllm_version
     checks (layout, tables, backbone exactness, joint head, quantization patterns on
     ``vllm_version``, by default the running vLLM's), and last what the engine itself reads in full
     at start-up (``startup_findings``, as ``verify --deep``: the complete table rule on every row,
-    each table against the digest its file records, the tokenizer files' JSON). No torch: the
-    tables are streamed once (about the cost of reading them: benchmarks/RESULTS.md).
+    each table against the digest its file records, the tokenizer files' JSON), then every backbone
+    scale tensor decoded (``verify --deep``'s ``nonfinite-scale`` / ``scale-range``). No torch: the
+    tables and the scales are streamed once (costs: benchmarks/RESULTS.md).
     ``check_references``: also hash every file against its download reference (``hash-mismatch``). Raises ``PathNotFound`` when the checkpoint does not exist, ``UsageError`` (the
     error of a bad argument) for a ``vllm_version`` that names no vLLM version clef-format has rules for.
     """
@@ -115,6 +116,10 @@ def check_checkpoint(source: CheckpointSource, plugin_version: str, vllm_version
     errors = [f for f in verify_checkpoint(ck, path).findings if f.severity == "error"]
     if not errors:  # what the engine reads in full at start: every table row, the recorded digests, the tokenizer
         errors = [f for f in startup_findings(ck) if f.severity == "error"]
+    if not errors:  # every backbone scale decoded, as verify --deep: vLLM serves NaN/inf from a bad one
+        from clef_format.verify.deep import backbone_scale_findings
+
+        errors = [f for f in backbone_scale_findings(ck) if f.severity == "error"]
     if not errors and check_references:  # every file against its download reference, as verify --deep
         from clef_format.verify.deep import reference_findings
 

@@ -138,8 +138,9 @@ def test_gate_imports_no_torch(built) -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def _gate_and_verify(root: Path, version: str) -> tuple[set[str] | None, set[str]]:
-    """(codes the gate refuses with, or None when it serves; error codes of verify --plugin-version)."""
+def _gate_and_verify(root: Path, version: str, deep: bool = False) -> tuple[set[str] | None, set[str]]:
+    """(codes the gate refuses with, or None when it serves; error codes of verify --plugin-version,
+    with ``--deep`` for damage only the deep checks see: the gate decodes the scales as they do)."""
     try:
         check_checkpoint(root, version)
         refused = None
@@ -147,7 +148,7 @@ def _gate_and_verify(root: Path, version: str) -> tuple[set[str] | None, set[str
         refused = {exc.code, *(f.code for f in exc.findings)}
     except PathNotFound:
         refused = {"path-not-found"}
-    report = verify(str(root), plugin_version=version)
+    report = verify(str(root), plugin_version=version, deep=deep)
     errors = {f.code for f in report.findings if f.severity == "error"}
     return refused, errors
 
@@ -159,7 +160,8 @@ def test_the_gate_refuses_exactly_what_verify_rejects(case: hostile_cases.Case, 
     pattern, an int8 -128 ... are all refused at start-up, not only reported by verify)."""
     root = hostile_cases.fresh_copy(tmp_path / "ck")
     case.build(root)
-    refused, errors = _gate_and_verify(root, "0.2.1")
+    # the gate decodes every scale as verify --deep does; download references only with check_references
+    refused, errors = _gate_and_verify(root, "0.2.1", deep=case.deep and case.code in {"nonfinite-scale", "scale-range"})
     if errors:
         assert refused is not None, f"{case.name}: verify reports {sorted(errors)} but the gate serves it"
         pair = {"plugin-incompatible", "marker-invalid", "marker-missing", "unknown-layout", "tables-missing"}

@@ -166,6 +166,35 @@ def test_a_malformed_digests_entry_is_a_note(fresh) -> None:
     assert report.ok and [f.severity for f in notes] == ["warning"] and "lm_head.weight" in notes[0].message
 
 
+def test_a_digest_of_a_tensor_the_file_does_not_hold_is_a_note(fresh) -> None:
+    root = fresh("layout-2", "bf16", num_layers=4)
+
+    def stray(header: dict) -> None:
+        digests = json.loads(header["__metadata__"][TF.DIGESTS_KEY])
+        digests["model.gone.weight"] = "blake3:" + "0" * 64
+        header["__metadata__"][TF.DIGESTS_KEY] = json.dumps(digests)
+
+    edit_header(L.TABLES, stray)(root)
+    report = verify(str(root), deep=True)
+    notes = [f for f in report.findings if f.code == "tables-metadata"]
+    assert report.ok and [f.severity for f in notes] == ["warning"] and "model.gone.weight" in notes[0].message
+
+
+def test_digests_are_read_case_insensitively(fresh) -> None:
+    """A hex digest means the same in either case: "BLAKE3:" and upper-case hex are the recorded digest."""
+    root = fresh("layout-2", "bf16", num_layers=4)
+
+    def upper(header: dict) -> None:
+        digests = json.loads(header["__metadata__"][TF.DIGESTS_KEY])
+        header["__metadata__"][TF.DIGESTS_KEY] = json.dumps({k: v.upper() for k, v in digests.items()})
+
+    edit_header(L.TABLES, upper)(root)
+    report = verify(str(root), deep=True)
+    assert report.ok and not [f for f in report.findings if f.code == "tables-metadata"]
+    _swap_tables(root)  # and they still catch an edit
+    assert _gate_code(root) == "digest-mismatch"
+
+
 # ---- false BROKEN before: served bit for bit ---------------------------------------------------
 
 def test_an_extra_tensor_in_the_tables_file_is_a_warning(fresh) -> None:

@@ -237,3 +237,16 @@ def test_unreadable_local_dir_metadata_is_unreadable_not_silence(tmp_path: Path,
     assert [f["file"] for f in unreadable] == [rel] and rel in unreadable[0]["message"] and unreadable[0]["fix"]
     missing = [f for f in out["findings"] if f["code"] == "manifest-missing"]
     assert not any(f.get("file") == "model.safetensors" for f in missing)  # never "nothing to check it against"
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_nonfinite_global_scale_is_named_by_its_value(value: float, tmp_path: Path) -> None:
+    """Deep's decode reports a NaN/inf global scale as such, never as "must be positive, got 0.0"."""
+    from clef_format.verify.deep import backbone_scale_findings
+    from tests.scenarios.hostile_cases import BACKBONE, set_f32
+
+    root = fresh_copy(tmp_path / "ck")
+    set_f32(BACKBONE, ".weight_global_scale", value, 0)(root)
+    found = [f for f in backbone_scale_findings(read_checkpoint(root)) if f.severity == "error"]
+    assert [f.code for f in found] == ["nonfinite-scale"]
+    assert "got 0.0" not in found[0].message

@@ -18,7 +18,7 @@ import pytest
 
 from clef_format.fixtures.configs import full_config
 from clef_format.fixtures.quant import SCHEME_BUILDS, build_quant_config
-from clef_format.fixtures.tensors import Tensor, load_file, save_file
+from clef_format.fixtures.tensors import Tensor, bf16_of, load_file, save_file
 from clef_format.read.checkpoint import read_checkpoint
 from clef_format.read.safetensors import read_header, read_scalars, tensor_nbytes
 from clef_format.spec import schemes
@@ -137,10 +137,16 @@ def test_a_kv_scale_on_a_linear_attention_layer_is_unexpected(fresh: Callable[..
     assert [(f.code, f.tensor) for f in _errors(root)] == [("tensor-unexpected", name)]
 
 
-def test_kv_scales_without_a_kv_cache_scheme_are_unexpected(fresh: Callable[..., Path]) -> None:
+def test_kv_scales_without_a_kv_cache_scheme_load_and_are_a_warning(fresh: Callable[..., Path]) -> None:
+    """vLLM (0.28, 0.33) gives every Attention compressed-tensors' KV-cache method whatever kv_cache_scheme
+    says: the scales load (and go unused with an unquantized cache). Not an error; a zero point still is."""
     root = fresh("layout-2", "fp8_kv")
     _edit_quant(root, lambda q: q.pop("kv_cache_scheme"))
-    assert {f.code for f in _errors(root)} == {"tensor-unexpected"}
+    assert not _errors(root)
+    (f,) = [f for f in verify(str(root)).findings if f.code == "tensor-unexpected"]
+    assert f.severity == "warning" and "4 KV-cache scale(s)" in f.message
+    _edit_tensors(root, lambda t: t.update({f"{SA3}.k_zero_point": t[f"{SA3}.k_scale"]}))
+    assert [(f.code, f.tensor) for f in _errors(root)] == [("tensor-unexpected", f"{SA3}.k_zero_point")]
 
 
 def test_a_missing_or_misshapen_kv_scale(fresh: Callable[..., Path]) -> None:
@@ -154,6 +160,8 @@ def test_a_missing_or_misshapen_kv_scale(fresh: Callable[..., Path]) -> None:
     found = {(f.code, f.severity, f.tensor) for f in verify(str(root)).findings}
     assert ("tensor-missing", "warning", f"{SA3}.v_scale") in found
     assert ("tensor-shape", "error", f"{SA3}.k_scale") in found
+    (msg,) = [f.message for f in verify(str(root)).findings if f.code == "tensor-shape"]
+    assert "expected F32/BF16 [1] or [] (one scale per tensor" in msg  # vLLM loads either
 
 
 # ----------------------------------------------------------------------------- FP8 block shapes
@@ -299,3 +307,33 @@ def test_only_merged_layers_but_their_last_partition_are_held_to_the_block() -> 
     assert R.block_problem(ragged_last, entry, R.WNA16) is None  # only the FP8 schemes validate blocks
     ragged_first = ragged_last._replace(shards=(ragged_last.shards[2], *ragged_last.shards[:2]))
     assert R.block_problem(ragged_first, entry, R.FP8_W8A16) is not None
+
+
+# ----------------------------------------------------------------------------- one-element scales, structure path
+
+
+@pytest.mark.parametrize("build,scale,value,code", [
+    ("nvfp4", "weight_global_scale", float("nan"), "nonfinite-scale"),
+    ("nvfp4", "weight_global_scale", 0.0, "scale-range"),
+    ("nvfp4", "weight_global_scale", -33600.0, "scale-range"),
+    ("nvfp4", "input_global_scale", float("inf"), "nonfinite-scale"),
+    ("fp8_kv", "k_scale", float("nan"), "nonfinite-scale"),
+])
+def test_a_bad_one_element_scale_is_an_error_without_deep(fresh: Callable[..., Path], build: str, scale: str,
+                                                          value: float, code: str) -> None:
+    """vLLM's dequantization divides or multiplies by these as stored: NaN/inf/sign-flipped output."""
+    root = fresh("layout-2", build)
+    ck = read_checkpoint(root)
+    name = next(n for n, i in sorted(ck.backbone.items()) if n.endswith(f".{scale}") and i.numel == 1)
+    data = np.full(ck.backbone[name].shape, value, np.float32)
+    stored = bf16_of(data) if ck.backbone[name].dtype == "BF16" else Tensor("F32", data)
+    _edit_tensors(root, lambda t: t.update({name: stored}))
+    errors = _errors(root)
+    assert [(f.code, f.tensor) for f in errors] == [(code, name)]
+    assert repr(value) in errors[0].message
+
+
+def test_a_negative_scale_of_a_fused_pair_is_a_scale_error_not_a_ratio(fresh: Callable[..., Path]) -> None:
+    root = fresh("layout-2", "nvfp4")
+    _set_scales(root, "weight_global_scale", {f"{LA0}.in_proj_z": -33600.0})
+    assert [(f.code, f.tensor) for f in _errors(root)] == [("scale-range", f"{LA0}.in_proj_z.weight_global_scale")]

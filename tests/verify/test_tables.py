@@ -38,7 +38,11 @@ def test_a_renamed_scale_is_one_missing_and_one_undefined_tensor(fresh) -> None:
         {"code": "table-shape", "severity": "warning",
          "message": f"{L.TABLES} holds lm_head.weight_scales, which the format does not define: the plugin reads "
                     "the tables by name and ignores it (it only costs disk space)", "file": L.TABLES,
-         "tensor": "lm_head.weight_scales", "fix": f"remove lm_head.weight_scales from {L.TABLES}, or leave it"}]
+         "tensor": "lm_head.weight_scales", "fix": f"remove lm_head.weight_scales from {L.TABLES}, or leave it"},
+        {"code": "tables-metadata", "severity": "warning",
+         "message": f"{L.TABLES}: metadata 'digests' records 1 tensor(s) the file does not hold ({LM_SCALE}): a "
+                    "tensor renamed or dropped after the digests were written (provenance only: no loader reads it)",
+         "file": L.TABLES, "fix": "nothing to do to serve; re-create the file with clef-format migrate to record it"}]
 
 
 def test_a_scale_of_another_shape_names_both_shapes_and_the_config_sizes(fresh) -> None:

@@ -11,7 +11,7 @@ from clef_format.spec.findings import Finding
 from clef_format.verify.checks.backbone import check_backbone
 from clef_format.verify.checks.cache import check_cache
 from clef_format.verify.checks.config import check_config
-from clef_format.verify.checks.global_scales import check_global_scales
+from clef_format.verify.checks.global_scales import check_global_scales, check_scalar_scales
 from clef_format.verify.checks.head import check_head
 from clef_format.verify.checks.layout import check_layout
 from clef_format.verify.checks.patterns import check_patterns
@@ -28,5 +28,6 @@ CHECKS: list[Check] = [
     check_head,
     check_cache,
     check_patterns,
+    check_scalar_scales,
     check_global_scales,
 ]

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 from clef_format.read.checkpoint import Checkpoint
 from clef_format.spec.findings import Finding, error, warning
 from clef_format.spec.layouts import Layout
-from clef_format.spec.model_spec import ModelConfig, kv_cache_params, linear_modules, plain_params, table_shape
+from clef_format.spec.model_spec import (ModelConfig, kv_cache_params, linear_modules, plain_params, table_shape,
+                                         unscheduled_kv_scales)
 from clef_format.vllm_rules.names import DEFAULT_VLLM
 from clef_format.spec.schemes import (
     FLOAT_DTYPES,
@@ -162,8 +163,18 @@ def check_backbone(ck: Checkpoint) -> Iterator[Finding]:
         accounted.add(name)
         if info.dtype not in spec.dtypes or tuple(info.shape) not in spec.shapes:
             yield error("tensor-shape", f"{name} is {info.dtype}{list(info.shape)}, expected "
-                        f"{'/'.join(spec.dtypes)} [1] (one scale per tensor: vLLM's per-tensor KV-cache scale)",
+                        f"{'/'.join(spec.dtypes)} {' or '.join(str(list(sh)) for sh in spec.shapes)} (one scale per "
+                        "tensor: vLLM's per-tensor KV-cache scale)",
                         tensor=name, file=ck.tensor_file.get(name), fix=_REDOWNLOAD)
+    loose = [n for n in unscheduled_kv_scales(cfg) if n in ck.backbone]
+    accounted.update(loose)
+    if loose:  # loaded (vLLM's KV-cache method is on every Attention), then unused with an unquantized cache
+        yield warning("tensor-unexpected", f"{len(loose)} KV-cache scale(s) ({loose[0]}, ...) without a "
+                      "kv_cache_scheme in the config: vLLM loads them (compressed-tensors gives every Attention "
+                      "its KV-cache method whatever kv_cache_scheme says) and, with an unquantized KV cache, "
+                      "serves with scale 1.0 instead; with --kv-cache-dtype fp8 it uses them",
+                      tensor=loose[0], file=ck.tensor_file.get(loose[0]),
+                      fix="add the kv_cache_scheme they were calibrated with to quantization_config, or drop them")
     vocab_hidden = table_shape(cfg)
     for table in ck.tables:
         info = ck.backbone.get(table)

@@ -23,6 +23,42 @@ from clef_format.vllm_rules import names as vllm_names
 #: The per-tensor scales vLLM reduces to one per fused layer (the input one: W4A4 only).
 SCALES = ("weight_global_scale", "input_global_scale")
 
+#: One-element backbone scales judged on the structure path (the same rule as ``verify --deep``'s decode):
+#: NVFP4 global scales (weights and activations are divided by them: must be > 0), per-tensor FP8 weight and
+#: input scales and the KV-cache scales (multiplied in: finite and not negative).
+SCALAR_SUFFIXES = (".weight_global_scale", ".input_global_scale", ".weight_scale", ".input_scale",
+                   ".k_scale", ".v_scale", ".q_scale")
+
+
+def _scale_fault(name: str, value: float) -> tuple[str, str] | None:
+    """(code, what is wrong) for a bad one-element scale, else None: finite first, then the sign."""
+    if value != value or value in (float("inf"), float("-inf")):
+        return "nonfinite-scale", f"is {value!r} (NaN or infinite)"
+    if name.endswith("global_scale") and not value > 0:
+        return "scale-range", f"must be positive (weights are divided by it), got {value!r}"
+    if value < 0:
+        return "scale-range", f"is negative ({value!r})"
+    return None
+
+
+def check_scalar_scales(ck: Checkpoint) -> Iterator[Finding]:
+    """Every one-element backbone scale finite and of the right sign: an error from facts, vLLM's dequant
+    divides (NVFP4 global scales) or multiplies (FP8, KV cache) by it and serves NaN, inf or sign-flipped
+    values. A few bytes each, at their header offsets; ``verify --deep`` decodes the larger ones."""
+    if not ck.backbone:
+        return
+    names = [n for n, info in ck.backbone.items() if n.endswith(SCALAR_SUFFIXES) and info.numel == 1]
+    values = _scalars(ck, names)
+    for name in names:
+        if name not in values:
+            continue
+        fault = _scale_fault(name, values[name])
+        if fault is not None:
+            code, what = fault
+            yield error(code, f"{name}: this scale {what}; vLLM's dequantization uses it as stored",
+                        tensor=name, file=ck.tensor_file.get(name),
+                        fix="re-download the backbone; if it was quantized locally, re-run the quantization")
+
 
 def _scalars(ck: Checkpoint, names: list[str]) -> dict[str, float]:
     """The values of these one-element tensors, one open per file."""
@@ -53,8 +89,8 @@ def check_global_scales(ck: Checkpoint) -> Iterator[Finding]:
     for layer, scale in fused:
         got = [(s.name, values.get(f"{s.name}.{scale}")) for s in layer.shards]
         vals = [v for _, v in got if v is not None]
-        if len(vals) < len(got) or len(set(vals)) < 2 or not max(vals) > 0:
-            continue
+        if len(vals) < len(got) or len(set(vals)) < 2 or any(_scale_fault(scale, v) for v in vals):
+            continue  # a NaN, zero or negative scale is check_scalar_scales' finding, not a ratio
         found.setdefault((layer.fused, scale), []).append((layer.name, [(n, float(v or 0)) for n, v in got]))
     for (_, scale), hits in found.items():
         yield _finding(ck, scale, hits)

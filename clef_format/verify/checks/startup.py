@@ -15,14 +15,45 @@ from clef_format.verify.checks.tables import table_content_findings
 _TOKENIZER_FIX = "download the tokenizer files again from the same revision (this one is cut short or edited)"
 
 
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON (serde_json, which the tokenizers library parses with, refuses it)")
+
+
+def tokenizer_problem(rel: str, data: bytes) -> str | None:
+    """What stops the engine loading this tokenizer file, or None. ``tokenizer.json`` is parsed as the
+    ``tokenizers`` library (serde_json) does: no UTF-8 BOM, no NaN/Infinity, an object holding a
+    ``"model"`` object with its ``"vocab"`` (a necessary condition, not the library's whole schema).
+    ``tokenizer_config.json`` is read by transformers' ``json.load`` of the UTF-8 text: a BOM fails
+    there too. tests/verify/test_tokenizer_rule.py checks the rule against ``Tokenizer.from_file``."""
+    strict = rel == "tokenizer.json"
+    if not data:
+        return "is empty" if strict else None
+    if data.startswith(b"\xef\xbb\xbf"):
+        return "starts with a UTF-8 byte order mark, which the JSON parsers of tokenizers and transformers refuse"
+    try:
+        text = data.decode("utf-8")
+        obj = json.loads(text, parse_constant=_no_constant) if strict else json.loads(text)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError alike
+        return f"is not JSON ({exc})"
+    if not isinstance(obj, dict):
+        return f"holds a JSON {type(obj).__name__}, not an object"
+    if strict:
+        model = obj.get("model")
+        if not isinstance(model, dict):
+            return "has no \"model\" object (tokenizers: \"Model missing.\")"
+        if "vocab" not in model:
+            return "has a \"model\" without its \"vocab\""
+    return None
+
+
 def tokenizer_findings(ck: Checkpoint) -> list[Finding]:
-    """Each tokenizer file present and not empty must be a JSON object: vLLM loads the tokenizer
-    (``tokenizer.json`` through the tokenizers library, ``tokenizer_config.json`` through
-    transformers) before it serves, and a file that does not parse stops the engine at start-up.
-    A missing or empty file is the structure path's warning."""
+    """Each tokenizer file present must load: vLLM loads the tokenizer (``tokenizer.json`` through the
+    tokenizers library, ``tokenizer_config.json`` through transformers) before it serves, and a file
+    that does not parse stops the engine at start-up. A missing file, or an empty
+    ``tokenizer_config.json``, is the structure path's warning; an empty ``tokenizer.json`` an error here."""
     out = []
     for rel in L.TOKENIZER_FILES:
-        if not ck.has(rel) or ck.files.get(rel) == 0:
+        if not ck.has(rel):
             continue
         try:
             with open(ck.path(rel), "rb") as fh:
@@ -31,15 +62,10 @@ def tokenizer_findings(ck: Checkpoint) -> list[Finding]:
             out.append(error("unreadable", f"{rel} cannot be read: {exc.strerror}", file=rel,
                              fix="check permissions, or re-download the file"))
             continue
-        try:
-            obj = json.loads(data)
-        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError alike
-            out.append(error("bad-config", f"{rel} is not JSON ({exc}): the engine fails to start, it cannot load "
-                             "the tokenizer", file=rel, fix=_TOKENIZER_FIX))
-            continue
-        if not isinstance(obj, dict):
-            out.append(error("bad-config", f"{rel} holds a JSON {type(obj).__name__}, not an object: the engine "
-                             "fails to start, it cannot load the tokenizer", file=rel, fix=_TOKENIZER_FIX))
+        problem = tokenizer_problem(rel, data)
+        if problem is not None:
+            out.append(error("bad-config", f"{rel} {problem}: the engine fails to start, it cannot load the "
+                             "tokenizer", file=rel, fix=_TOKENIZER_FIX))
     return out
 
 

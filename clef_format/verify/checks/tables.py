@@ -128,7 +128,7 @@ def check_tables(ck: Checkpoint) -> Iterator[Finding]:
     for problem in TF.metadata_problems(header.metadata, tuple(ck.tables)):
         yield error("tables-metadata", f"{L.TABLES}: {problem}: the file says it is not int8 tables of this "
                     "format, so its rows would be decoded with the wrong rule", file=L.TABLES, fix=_FIX)
-    for note in TF.metadata_notes(header.metadata, tuple(ck.tables)):
+    for note in TF.metadata_notes(header.metadata, tuple(ck.tables), tuple(header.tensors)):
         yield warning("tables-metadata", f"{L.TABLES}: {note} (provenance only: no loader reads it)",
                       file=L.TABLES, fix="nothing to do to serve; re-create the file with clef-format migrate "
                                          "to record it")
