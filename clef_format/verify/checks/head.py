@@ -6,9 +6,11 @@ a. the checkpoint's own ``joint_schema_model.py``, read statically (``spec.head_
    imported, never run): the keys ``JointSchemaHead.__init__`` takes, and the exact tensor names and
    shapes of the module tree it builds at this config;
 b. for whatever (a) cannot tell (no reference file, one the reader cannot follow, a subtree it cannot
-   evaluate), the known facts: at the release config 122 BF16 tensors in 243,538,016 bytes, the config
-   keys, heads dividing width, stack symmetry, torch's own layer shapes wherever torch's names appear;
-c. the names this project infers: a note (info), never an error on their own.
+   evaluate), the known facts: at the release config 122 BF16 tensors in 243,538,016 bytes and the
+   stack counts and symmetry, the config keys, heads dividing width, torch's own layer shapes wherever
+   torch's names appear;
+c. the names this project infers (and, off the release config, the stack counts and symmetry that hang on
+   them): a note (info), never an error on their own.
 """
 
 from __future__ import annotations
