@@ -111,6 +111,10 @@ class _Ref:
 
 _UNKNOWN = object()
 
+#: Python's builtins the reader resolves by name (a file binding one of them at module level is not read).
+_BUILTINS = ("range", "len", "int", "max", "min", "super", "tuple", "list", "setattr", "True", "False", "None",
+             "dict", "round", "abs", "delattr")
+
 #: Methods of plain values (str, dict) the reader follows, and ``insert`` of lists and ModuleLists.
 _VALUE_METHODS = ("get", "upper", "lower", "join", "format", "insert")
 
@@ -292,8 +296,7 @@ class _Reader:
                     if v is _UNKNOWN:
                         raise _Unknown(node.id)
                     return v
-            if node.id in ("range", "len", "int", "max", "min", "super", "tuple", "list", "setattr", "True",
-                           "False", "None", "dict", "round", "abs", "delattr", "str", "bool", "sum"):
+            if node.id in _BUILTINS:
                 return _Ref(f"builtins.{node.id}")
             if node.id in self.classes:
                 return _Ref(f"local.{node.id}")
@@ -506,15 +509,6 @@ class _Reader:
     def _call(self, node: ast.Call, env: dict[str, Any], mod: _Module | None) -> Any:
         func = node.func
         # method calls on values: list.append, ModuleList.append / extend
-        if isinstance(func, ast.Attribute) and func.attr in _VALUE_METHODS:
-            target = self.eval(func.value, env, mod)
-            if isinstance(target, (str, dict)):
-                args, kwargs = self._args(node, env, mod)
-                return self._value_method(target, func.attr, args, kwargs)
-            if func.attr not in ("insert",):
-                raise _Unknown(f".{func.attr}()")
-            args, kwargs = self._args(node, env, mod)
-            return self._method(target, func.attr, args, kwargs)
         if isinstance(func, ast.Attribute) and func.attr in ("append", "extend", "add_module", "register_parameter",
                                                               "register_buffer", "register_module"):
             target = self.eval(func.value, env, mod)
@@ -531,6 +525,15 @@ class _Reader:
                 and mod is not None and self._method_def(mod.kind, func.attr) is not None:
             args, kwargs = self._args(node, env, mod)
             return self._run_method(func.attr, mod, args, kwargs)
+        if isinstance(func, ast.Attribute) and func.attr in _VALUE_METHODS:  # after self's own methods
+            target = self.eval(func.value, env, mod)
+            if isinstance(target, (str, dict)):
+                args, kwargs = self._args(node, env, mod)
+                return self._value_method(target, func.attr, args, kwargs)
+            if func.attr != "insert":
+                raise _Unknown(f".{func.attr}()")
+            args, kwargs = self._args(node, env, mod)
+            return self._method(target, func.attr, args, kwargs)
         callee = self.eval(func, env, mod)
         if isinstance(callee, _Ref) and callee.path.startswith("torch.nn.init."):
             return None  # torch's initializers fill tensors in place: names and shapes stay
@@ -1120,7 +1123,14 @@ def tampering(tree: ast.Module) -> str:
     (``from torch.nn import LayerNorm`` then ``LayerNorm = Mine``), reaches ``globals()`` and the like, or
     runs code at import is not read: trusting it would call a head OK that torch builds otherwise.
     """
-    rebound = sorted((sorted(b)[1][0], name) for name, b in _module_bindings(tree).items() if len({w for _, w in b}) > 1)
+    bindings = _module_bindings(tree)
+    shadowed = sorted((min(bindings[n])[0], n) for n in _BUILTINS if n in bindings)
+    if shadowed:  # the reader resolves these as Python's builtins
+        return f"line {shadowed[0][0]}: {shadowed[0][1]} is bound at module level"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+            return f"line {node.lineno}: from {node.module} import *"
+    rebound = sorted((sorted(b)[1][0], name) for name, b in bindings.items() if len({w for _, w in b}) > 1)
     if rebound:
         return f"line {rebound[0][0]}: {rebound[0][1]} is bound again at module level"
     for node in ast.walk(tree):

@@ -227,6 +227,9 @@ def test_a_file_that_patches_torch_is_not_read(tmp_path: Path, patch: str) -> No
     + "import torch.nn as nn2\nnn2 = None\nclass nn:\n    Module = torch.nn.Module\n    LayerNorm = Mine\n" + _HEAD_CLASS,
     "import torch\nfrom torch import nn\n" + _MY_NORM.replace("class LayerNorm", "class Mine")
     + "def f():\n    global nn\n    nn = None\n" + _HEAD_CLASS,
+    "import torch\nfrom torch import nn\ndef round(x):\n    return 99\n"
+    + _HEAD_CLASS.replace("nn.LayerNorm(width)", "nn.Linear(round(2.5), 2)"),
+    "import torch\nfrom torch import nn\nfrom os.path import *\n" + _HEAD_CLASS,
 ])
 def test_a_file_that_rebinds_a_name_the_reader_resolves_is_not_read(tmp_path: Path, code: str) -> None:
     ref = read_reference(code.encode(), {"width": 8})
@@ -258,6 +261,7 @@ def test_an_untampered_file_with_its_own_norm_class_is_read(tmp_path: Path) -> N
     "from collections import OrderedDict\n        self.s = nn.Sequential(OrderedDict([('fc', nn.Linear(width, 2)), "
     "('act', nn.GELU())]))\n        self.d = nn.ModuleDict(dict(x=nn.Linear(2, 2)))\n        self.d['y'] = nn.Linear(3, 3)\n",
     "import torch.nn as tnn\n        self.b = tnn.Linear(width, 2)\n",
+    "self.b = self.format(width)\n\n    def format(self, w):\n        return nn.Linear(w, 3)\n",
 ])
 def test_the_reader_follows_plain_python_as_torch_runs_it(tmp_path: Path, body: str) -> None:
     code = HEAD + "        " + body
