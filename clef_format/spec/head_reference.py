@@ -601,7 +601,8 @@ class _Reader:
             if isinstance(target, list) and len(target) < MAX_ITEMS:
                 target.insert(args[0], args[1])
                 return None
-            if isinstance(target, _Module) and target.kind == "ModuleList" and len(target.children) < MAX_ITEMS:
+            if isinstance(target, _Module) and target.kind == "ModuleList" and len(target.children) < MAX_ITEMS \
+                    and 0 <= args[0] <= len(target.children):  # torch shifts keys up from the index (no clamping)
                 items = list(target.children.values())
                 items.insert(args[0], self._as_child(args[1]))  # torch renumbers the list the same way
                 target.children = {str(i): v for i, v in enumerate(items)}

@@ -287,3 +287,10 @@ def test_where_the_reader_stops_is_named_by_line_and_construct() -> None:
     code = HEAD + "        self.a = nn.Linear(width, 2)\n        while True:\n            pass\n"
     ref = read_reference(code.encode(), {"width": 8})
     assert ref.unknown == ("",) and ref.reason == "read up to line 8: While", ref
+
+
+@pytest.mark.parametrize("index", [-1, 5])
+def test_a_modulelist_insert_torch_does_not_renumber_like_a_list_is_not_guessed(index: int) -> None:
+    code = HEAD + f"        self.l = nn.ModuleList([nn.Linear(2, 2)])\n        self.l.insert({index}, nn.Linear(width, 3))\n"
+    ref = read_reference(code.encode(), {"width": 8})
+    assert ref.unknown == ("",), ref
