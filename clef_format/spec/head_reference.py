@@ -1156,7 +1156,7 @@ def tampering(tree: ast.Module) -> str:
                     root = _root(sub)
                     if not (isinstance(root, ast.Name) and root.id == "self"):
                         return f"line {line}: assignment to {ast.unparse(sub)}"
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr") \
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr", "getattr") \
                 and node.args:
             root = _root(node.args[0])
             if not (isinstance(root, ast.Name) and root.id == "self"):

@@ -210,6 +210,7 @@ _IMPORTS = "import torch\nfrom torch import nn\nimport torch.nn\n"
     "def patch():\n    nn.LayerNorm = LayerNorm\npatch()\n",
     "nn.__dict__['LayerNorm'] = LayerNorm\n",
     "vars(nn)['LayerNorm'] = LayerNorm\n",
+    "def patch(c):\n    getattr(nn, '__setattr__')('LayerNorm', c)\n    return c\n@patch\nclass _N(LayerNorm):\n    pass\n",
 ])
 def test_a_file_that_patches_torch_is_not_read(tmp_path: Path, patch: str) -> None:
     code = _IMPORTS + _MY_NORM + patch + "\n" + _HEAD_CLASS
