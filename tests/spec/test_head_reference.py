@@ -212,7 +212,8 @@ _IMPORTS = "import torch\nfrom torch import nn\nimport torch.nn\n"
     "vars(nn)['LayerNorm'] = LayerNorm\n",
     "def patch(c):\n    getattr(nn, '__setattr__')('LayerNorm', c)\n    return c\n@patch\nclass _N(LayerNorm):\n    pass\n",
 ])
-def test_a_file_that_patches_torch_is_not_read(tmp_path: Path, patch: str) -> None:
+def test_a_file_that_patches_torch_is_not_read(tmp_path: Path, patch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.nn, "LayerNorm", torch.nn.LayerNorm)  # torch's own again after the file patched it
     code = _IMPORTS + _MY_NORM + patch + "\n" + _HEAD_CLASS
     path = tmp_path / "joint_schema_model.py"
     path.write_text(code)
