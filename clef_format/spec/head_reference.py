@@ -56,7 +56,17 @@ class Reference(Record):
 
 
 class _Unknown(Exception):
-    """A value or statement the reader cannot evaluate."""
+    """A value or statement the reader cannot evaluate; ``line``: the innermost statement it stopped at."""
+
+    line: int | None = None
+
+
+class _Break(Exception):
+    """A ``break`` in a loop the reader follows."""
+
+
+class _Continue(Exception):
+    """A ``continue`` in a loop the reader follows."""
 
 
 class _Return(Exception):
@@ -100,6 +110,13 @@ class _Ref:
 
 
 _UNKNOWN = object()
+
+#: Python's builtins the reader resolves by name (a file binding one of them at module level is not read).
+_BUILTINS = ("range", "len", "int", "max", "min", "super", "tuple", "list", "setattr", "True", "False", "None",
+             "dict", "round", "abs", "delattr")
+
+#: Methods of plain values (str, dict) the reader follows, and ``insert`` of lists and ModuleLists.
+_VALUE_METHODS = ("get", "upper", "lower", "join", "format", "insert")
 
 _NO_PARAMS = {"GELU", "ReLU", "SiLU", "Tanh", "Sigmoid", "Dropout", "Identity", "Softmax", "Flatten", "Mish",
               "LeakyReLU", "ELU", "Softplus", "Hardswish", "Dropout1d", "Dropout2d", "LogSoftmax"}
@@ -279,8 +296,7 @@ class _Reader:
                     if v is _UNKNOWN:
                         raise _Unknown(node.id)
                     return v
-            if node.id in ("range", "len", "int", "max", "min", "super", "tuple", "list", "setattr", "True",
-                           "False", "None", "OrderedDict", "dict"):
+            if node.id in _BUILTINS:
                 return _Ref(f"builtins.{node.id}")
             if node.id in self.classes:
                 return _Ref(f"local.{node.id}")
@@ -363,7 +379,30 @@ class _Reader:
             return d
         if isinstance(node, ast.Call):
             return self._call(node, env, mod)
+        if isinstance(node, ast.Subscript):
+            return self._subscript(self.eval(node.value, env, mod), self.eval(node.slice, env, mod))
         raise _Unknown(type(node).__name__)
+
+    def _subscript(self, base: Any, key: Any) -> Any:
+        """``[width, heads][1]``, ``{"k": width}["k"]``, ``cfg["width"]``, ``self.layers[0]``."""
+        if isinstance(base, dict) and isinstance(key, (int, str)) and not isinstance(key, bool):
+            if key not in base:
+                raise _Unknown("missing key")  # a KeyError in the real call, or a key the reader lost
+            v = base[key]
+        elif isinstance(base, (list, tuple, str)) and isinstance(key, int) and not isinstance(key, bool):
+            if not -len(base) <= key < len(base):
+                raise _Unknown("index out of range")
+            v = base[key]
+        elif isinstance(base, _Module) and base.kind in ("ModuleList", "Sequential") and isinstance(key, int) \
+                and not isinstance(key, bool) and -len(base.children) <= key < len(base.children):
+            v = list(base.children.values())[key]
+        elif isinstance(base, _Module) and base.kind == "ModuleDict" and isinstance(key, str) and key in base.children:
+            v = base.children[key]
+        else:
+            raise _Unknown("subscript")
+        if v is _UNKNOWN:
+            raise _Unknown("subscript")
+        return v
 
     def _truth(self, v: Any) -> bool:
         if isinstance(v, (int, float, str, tuple, list, type(None))):
@@ -402,7 +441,9 @@ class _Reader:
         if isinstance(b, _TensorVal) and isinstance(a, (int, float)) and isinstance(op, (ast.Mult, ast.Add)):
             return b
         nums = (int, float)
-        if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, nums) or not isinstance(b, nums):
+        a = int(a) if isinstance(a, bool) else a  # True + 1 == 2, as Python's bools are ints
+        b = int(b) if isinstance(b, bool) else b
+        if not isinstance(a, nums) or not isinstance(b, nums):
             if isinstance(op, ast.Add) and isinstance(a, str) and isinstance(b, str) and len(a) + len(b) < 1000:
                 return a + b
             if isinstance(op, ast.Add) and isinstance(a, (tuple, list)) and type(a) is type(b) and len(a) + len(b) < MAX_ITEMS:
@@ -484,6 +525,15 @@ class _Reader:
                 and mod is not None and self._method_def(mod.kind, func.attr) is not None:
             args, kwargs = self._args(node, env, mod)
             return self._run_method(func.attr, mod, args, kwargs)
+        if isinstance(func, ast.Attribute) and func.attr in _VALUE_METHODS:  # after self's own methods
+            target = self.eval(func.value, env, mod)
+            if isinstance(target, (str, dict)):
+                args, kwargs = self._args(node, env, mod)
+                return self._value_method(target, func.attr, args, kwargs)
+            if func.attr != "insert":
+                raise _Unknown(f".{func.attr}()")
+            args, kwargs = self._args(node, env, mod)
+            return self._method(target, func.attr, args, kwargs)
         callee = self.eval(func, env, mod)
         if isinstance(callee, _Ref) and callee.path.startswith("torch.nn.init."):
             return None  # torch's initializers fill tensors in place: names and shapes stay
@@ -491,6 +541,27 @@ class _Reader:
         if isinstance(callee, _Ref):
             return self._call_ref(callee.path, args, kwargs, mod)
         raise _Unknown("call")
+
+    def _value_method(self, target: Any, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        """The few methods of str and dict a head's ``__init__`` uses for names and config."""
+        if isinstance(target, dict) and name == "get" and not kwargs and 1 <= len(args) <= 2:
+            return target.get(args[0], args[1] if len(args) > 1 else None)
+        if isinstance(target, str):
+            if name in ("upper", "lower") and not args and not kwargs:
+                return getattr(target, name)()
+            if name == "join" and len(args) == 1 and not kwargs:
+                items = self._iter(args[0])
+                if all(isinstance(i, str) for i in items):
+                    return target.join(items)
+            if name == "format" and all(isinstance(v, (int, str)) and not isinstance(v, bool)
+                                        for v in [*args, *kwargs.values()]):
+                try:
+                    out = target.format(*args, **kwargs)
+                except (IndexError, KeyError, ValueError):
+                    raise _Unknown("str.format()") from None
+                if len(out) < 1000:
+                    return out
+        raise _Unknown(f".{name}()")
 
     def _method_def(self, cls_name: Any, name: str) -> tuple[str, ast.FunctionDef] | None:
         """(defining class, method) of ``self.name`` on an instance of the file's class ``cls_name``, found
@@ -524,6 +595,19 @@ class _Reader:
         return None
 
     def _method(self, target: Any, name: str, args: list[Any], kwargs: dict[str, Any]) -> None:
+        if name == "insert":
+            if kwargs or len(args) != 2 or not isinstance(args[0], int) or isinstance(args[0], bool):
+                raise _Unknown(".insert()")
+            if isinstance(target, list) and len(target) < MAX_ITEMS:
+                target.insert(args[0], args[1])
+                return None
+            if isinstance(target, _Module) and target.kind == "ModuleList" and len(target.children) < MAX_ITEMS \
+                    and 0 <= args[0] <= len(target.children):  # torch shifts keys up from the index (no clamping)
+                items = list(target.children.values())
+                items.insert(args[0], self._as_child(args[1]))  # torch renumbers the list the same way
+                target.children = {str(i): v for i, v in enumerate(items)}
+                return None
+            raise _Unknown(".insert()")
         if isinstance(target, list) and name in ("append", "extend"):
             items = [args[0]] if name == "append" else self._iter(args[0])
             if len(target) + len(items) > MAX_ITEMS:
@@ -580,6 +664,25 @@ class _Reader:
                 if vals and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
                     return max(vals) if fn == "max" else min(vals)
             raise _Unknown(fn)
+        if path in ("builtins.round", "builtins.abs") and not kwargs and len(args) == 1 \
+                and isinstance(args[0], (int, float)) and abs(args[0]) < 1e15:
+            return round(args[0]) if path == "builtins.round" else abs(args[0])
+        if path in ("builtins.dict", "builtins.OrderedDict", "collections.OrderedDict"):
+            if len(args) > 1:
+                raise _Unknown("dict()")
+            d: dict[Any, Any] = {}
+            if args:
+                src = args[0]
+                pairs = list(src.items()) if isinstance(src, dict) else self._iter(src)
+                for pair in pairs:
+                    if not isinstance(pair, (tuple, list)) or len(pair) != 2 or not isinstance(pair[0], (str, int)):
+                        raise _Unknown("dict()")
+                    d[pair[0]] = pair[1]
+            d.update(kwargs)
+            return d
+        if path == "builtins.delattr" and len(args) == 2 and isinstance(args[0], _Module) and isinstance(args[1], str):
+            self._delete(args[0], args[1])
+            return None
         if path == "builtins.setattr" and len(args) == 3 and isinstance(args[0], _Module) and isinstance(args[1], str):
             self._set(args[0], args[1], args[2])
             return None
@@ -641,6 +744,10 @@ class _Reader:
                 if not isinstance(items, dict):
                     raise _Unknown("ModuleDict")
                 for k, v in items.items():
+                    m.children[str(k)] = self._as_child(v)
+                return m
+            if name == "Sequential" and len(args) == 1 and isinstance(args[0], dict):
+                for k, v in args[0].items():  # Sequential(OrderedDict(...)): named children
                     m.children[str(k)] = self._as_child(v)
                 return m
             for i, it in enumerate(self._iter(items)):
@@ -787,9 +894,34 @@ class _Reader:
         else:
             mod.attrs[name] = value
 
+    def _delete(self, mod: _Module, name: str) -> None:
+        """``del self.name`` / ``delattr(self, name)``: the module, parameter or value is gone with its subtree."""
+        if name in mod.children:
+            del mod.children[name]
+        elif name in mod.attrs:
+            del mod.attrs[name]
+        else:
+            raise _Unknown(f"del of {name}")  # an AttributeError in the real call, or something the reader lost
+
     def _assign(self, target: ast.AST, value: Any, env: dict[str, Any], mod: _Module) -> None:
         if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
             self._set(mod, target.attr, value)
+        elif isinstance(target, ast.Subscript):
+            base = self.eval(target.value, env, mod)
+            key = self.eval(target.slice, env, mod)
+            if isinstance(base, _Module) and base.kind in ("ModuleList", "Sequential") and isinstance(key, int) \
+                    and not isinstance(key, bool) and -len(base.children) <= key < len(base.children):
+                names = list(base.children)
+                base.children[names[key]] = self._as_child(value)  # ModuleList.__setitem__
+            elif isinstance(base, _Module) and base.kind == "ModuleDict" and isinstance(key, str):
+                base.children[key] = self._as_child(value)
+            elif isinstance(base, dict) and isinstance(key, (str, int)) and not isinstance(key, bool):
+                base[key] = value
+            elif isinstance(base, list) and isinstance(key, int) and not isinstance(key, bool) \
+                    and -len(base) <= key < len(base):
+                base[key] = value
+            else:
+                raise _Unknown("subscript assignment")
         elif isinstance(target, ast.Name):
             env[target.id] = value
         elif isinstance(target, (ast.Tuple, ast.List)):
@@ -826,52 +958,88 @@ class _Reader:
     def _run(self, body: list[ast.stmt], env: dict[str, Any], mod: _Module) -> None:
         env["self"] = mod
         for node in body:
-            self.tick()
-            if isinstance(node, (ast.Pass, ast.Assert)):
-                continue
-            if isinstance(node, ast.Return):
-                raise _Return(None if node.value is None else self.eval(node.value, env, mod))
-            if isinstance(node, ast.Expr):
-                if isinstance(node.value, ast.Constant):
-                    continue
-                if isinstance(node.value, ast.Call):
-                    self.eval(node.value, env, mod)
-                    continue
-                raise _Unknown("expression statement")
-            if isinstance(node, (ast.Assign, ast.AnnAssign)):
-                if node.value is None:
-                    continue
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            try:
+                self._statement(node, env, mod)
+            except _Unknown as exc:
+                if exc.line is None:
+                    exc.line = node.lineno  # the innermost statement: the one to name
+                raise
+
+    def _statement(self, node: ast.stmt, env: dict[str, Any], mod: _Module) -> None:
+        self.tick()
+        if isinstance(node, ast.Break):
+            raise _Break()
+        if isinstance(node, ast.Continue):
+            raise _Continue()
+        if isinstance(node, ast.Delete):
+            for t in node.targets:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                    self._delete(mod, t.attr)
+                elif isinstance(t, ast.Name) and t.id in env:
+                    del env[t.id]
+                else:
+                    raise _Unknown("del")
+            return
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                env[a.asname or a.name.split(".")[0]] = _Ref(a.name if a.asname else a.name.split(".")[0])
+            return
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                if a.name == "*":
+                    raise _Unknown("import *")
+                env[a.asname or a.name] = _Ref(f"{node.module}.{a.name}")
+            return
+        if isinstance(node, (ast.Pass, ast.Assert)):
+            return
+        if isinstance(node, ast.Return):
+            raise _Return(None if node.value is None else self.eval(node.value, env, mod))
+        if isinstance(node, ast.Expr):
+            if isinstance(node.value, ast.Constant):
+                return
+            if isinstance(node.value, ast.Call):
+                self.eval(node.value, env, mod)
+                return
+            raise _Unknown("expression statement")
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            if node.value is None:
+                return
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            try:
+                value = self.eval(node.value, env, mod)
+            except _Unknown:
+                value = _UNKNOWN
+            for t in targets:
+                if value is _UNKNOWN and not (isinstance(t, ast.Attribute) or isinstance(t, ast.Name)):
+                    raise _Unknown("unpacking of an unknown value")
+                self._assign(t, value, env, mod)
+            return
+        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+            env[node.target.id] = self._binop(node.op, self.eval(node.target, env, mod),
+                                              self.eval(node.value, env, mod))
+            return
+        if isinstance(node, ast.For) and not node.orelse:
+            for x in self._iter(self.eval(node.iter, env, mod)):
+                self._bind(node.target, x, env)
                 try:
-                    value = self.eval(node.value, env, mod)
-                except _Unknown:
-                    value = _UNKNOWN
-                for t in targets:
-                    if value is _UNKNOWN and not (isinstance(t, ast.Attribute) or isinstance(t, ast.Name)):
-                        raise _Unknown("unpacking of an unknown value")
-                    self._assign(t, value, env, mod)
-                continue
-            if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
-                env[node.target.id] = self._binop(node.op, self.eval(node.target, env, mod),
-                                                  self.eval(node.value, env, mod))
-                continue
-            if isinstance(node, ast.For) and not node.orelse:
-                for x in self._iter(self.eval(node.iter, env, mod)):
-                    self._bind(node.target, x, env)
                     self._run(node.body, env, mod)
-                continue
-            if isinstance(node, ast.If):
-                try:
-                    branch = node.body if self._truth(self.eval(node.test, env, mod)) else node.orelse
-                except _Unknown:
-                    if not self._only_self_assignments(node.body + node.orelse):
-                        raise _Unknown("an if the reader cannot decide") from None
-                    for name in self._self_targets(node.body + node.orelse):
-                        mod.children[name] = _UNKNOWN  # either branch's module: unknown, never guessed
+                except _Continue:
                     continue
-                self._run(branch, env, mod)
-                continue
-            raise _Unknown(type(node).__name__)
+                except _Break:
+                    break
+            return
+        if isinstance(node, ast.If):
+            try:
+                branch = node.body if self._truth(self.eval(node.test, env, mod)) else node.orelse
+            except _Unknown:
+                if not self._only_self_assignments(node.body + node.orelse):
+                    raise _Unknown("an if the reader cannot decide") from None
+                for name in self._self_targets(node.body + node.orelse):
+                    mod.children[name] = _UNKNOWN  # either branch's module: unknown, never guessed
+                return
+            self._run(branch, env, mod)
+            return
+        raise _Unknown(type(node).__name__)
 
 
 def _flatten(mod: _Module, prefix: str, tensors: dict[str, tuple[int, ...]], unknown: list[str]) -> None:
@@ -908,6 +1076,97 @@ def under(name: str, prefixes: tuple[str, ...]) -> bool:
     return any(p == "" or name == p or name.startswith(p + ".") for p in prefixes)
 
 
+#: Names whose use means the file can change what its names resolve to while it runs.
+_DYNAMIC = {"globals", "vars", "locals", "exec", "eval", "__import__", "__builtins__", "compile", "importlib",
+            "__dict__", "__setattr__", "__delattr__", "__class__", "sys"}
+
+
+def _root(node: ast.AST) -> ast.AST:
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node
+
+
+def _module_bindings(tree: ast.Module) -> dict[str, list[tuple[int, str]]]:
+    """Each name bound at module level (outside functions and classes) -> (line, what it binds) of each
+    binding; an import binds the module it names (``import torch`` and ``import torch.nn`` bind the same)."""
+    out: dict[str, list[tuple[int, str]]] = {}
+    todo: list[ast.AST] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.setdefault(node.name, []).append((node.lineno, f"def@{node.lineno}"))
+            todo.extend(node.decorator_list)
+            continue
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                name = a.asname or a.name.split(".")[0]
+                out.setdefault(name, []).append((node.lineno, a.name if a.asname else name))
+            continue
+        if isinstance(node, ast.ImportFrom):
+            for a in node.names:
+                what = f"{node.module}.{a.name}" if node.module and not node.level else f"from@{node.lineno}"
+                out.setdefault(a.asname or a.name, []).append((node.lineno, what))
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            out.setdefault(node.id, []).append((node.lineno, f"assign@{node.lineno}:{node.col_offset}"))
+        if isinstance(node, ast.Lambda):
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def tampering(tree: ast.Module) -> str:
+    """Why the names the reader resolves (torch's classes, the file's own) may not be what Python runs, or "".
+
+    The reader takes ``nn.LayerNorm`` for torch's: a file that assigns to an attribute of a module
+    (``nn.LayerNorm = Mine``, ``setattr(nn, ...)``), rebinds a name it imported or defined
+    (``from torch.nn import LayerNorm`` then ``LayerNorm = Mine``), reaches ``globals()`` and the like, or
+    runs code at import is not read: trusting it would call a head OK that torch builds otherwise.
+    """
+    bindings = _module_bindings(tree)
+    shadowed = sorted((min(bindings[n])[0], n) for n in _BUILTINS if n in bindings)
+    if shadowed:  # the reader resolves these as Python's builtins
+        return f"line {shadowed[0][0]}: {shadowed[0][1]} is bound at module level"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+            return f"line {node.lineno}: from {node.module} import *"
+    rebound = sorted((sorted(b)[1][0], name) for name, b in bindings.items() if len({w for _, w in b}) > 1)
+    if rebound:
+        return f"line {rebound[0][0]}: {rebound[0][1]} is bound again at module level"
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Name) and node.id in _DYNAMIC:
+            return f"line {line}: {node.id}"
+        if isinstance(node, ast.Attribute) and node.attr in _DYNAMIC:
+            return f"line {line}: .{node.attr}"
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            return f"line {line}: {type(node).__name__.lower()} {', '.join(node.names)}"
+        targets: list[ast.AST] = []
+        if isinstance(node, (ast.Assign, ast.Delete)):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, (ast.For, ast.With, ast.comprehension)):
+            targets = [node.target] if not isinstance(node, ast.With) else [i.optional_vars for i in node.items
+                                                                            if i.optional_vars is not None]
+        for t in targets:
+            for sub in ast.walk(t):
+                if isinstance(sub, (ast.Attribute, ast.Subscript)) and isinstance(sub.ctx, (ast.Store, ast.Del)):
+                    root = _root(sub)
+                    if not (isinstance(root, ast.Name) and root.id == "self"):
+                        return f"line {line}: assignment to {ast.unparse(sub)}"
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr", "getattr") \
+                and node.args:
+            root = _root(node.args[0])
+            if not (isinstance(root, ast.Name) and root.id == "self"):
+                return f"line {line}: {node.func.id}({ast.unparse(node.args[0])}, ...)"
+    for node in tree.body:
+        if isinstance(node, ast.Expr) and not isinstance(node.value, ast.Constant):
+            return f"line {node.lineno}: code run at import ({ast.unparse(node)[:60]})"
+    return ""
+
+
 def read_reference(source: bytes, config: Mapping[str, Any]) -> Reference:
     """The head ``JointSchemaHead(**config)`` builds, read from the reference file's bytes without running it."""
     tree, why = parse_source(source)
@@ -915,6 +1174,9 @@ def read_reference(source: bytes, config: Mapping[str, Any]) -> Reference:
         status, _, reason = why.partition(": ")
         return Reference(status, reason)
     try:
+        why = tampering(tree)
+        if why:
+            return Reference("unread", f"{why}: the names it uses may not be torch's or its own")
         reader = _Reader(tree)
         cls = reader.classes.get(HEAD_CLASS)
         if cls is None:
@@ -939,13 +1201,15 @@ def read_reference(source: bytes, config: Mapping[str, Any]) -> Reference:
         except _Fails as exc:
             return Reference("ok", "", {}, ("",), f"{HEAD_CLASS}(**config) raises: {exc}", "fails", rejected)
         except _Unknown as exc:
-            stopped = str(exc) or "an expression the reader does not evaluate"
+            stopped = (f"line {exc.line}: " if exc.line else "") + (str(exc) or "an expression the reader does not "
+                                                                    "evaluate")
         tensors: dict[str, tuple[int, ...]] = {}
         unknown: list[str] = []
         _flatten(mod, "", tensors, unknown)
         if stopped:
             return Reference("ok", f"read up to {stopped}", tensors, ("", *unknown), rejected=rejected)
         return Reference("ok", "", tensors, tuple(unknown), rejected=rejected)
-    except (RecursionError, MemoryError, TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+    except (RecursionError, MemoryError, TypeError, ValueError, KeyError, AttributeError, IndexError,
+            _Break, _Continue, _Return) as exc:
         # bounded evaluation of arbitrary syntax: whatever slips past the bounds is "not read", never a crash
         return Reference("unread", f"not evaluated ({type(exc).__name__})")

@@ -190,3 +190,109 @@ def test_a_hostile_reference_is_never_run_and_never_crashes(tmp_path: Path, case
         assert ref.status == "unread" and str(MAX_SOURCE_BYTES) in ref.reason
     if case in ("self-recursion", "mutual-recursion", "huge-loop", "long-sum"):
         assert ref.status == "ok" and ref.unknown, ref
+
+
+# ---- a file that changes what its names resolve to is not read (torch would build something else)
+_MY_NORM = "class LayerNorm(nn.Module):\n    def __init__(self, w):\n        super().__init__()\n" \
+           "        self.g = nn.Parameter(torch.ones(w, 2))\n\n"
+_HEAD_CLASS = "class JointSchemaHead(nn.Module):\n    def __init__(self, width):\n        super().__init__()\n" \
+              "        self.a = nn.LayerNorm(width)\n"
+_IMPORTS = "import torch\nfrom torch import nn\nimport torch.nn\n"
+
+
+@pytest.mark.parametrize("patch", [
+    "nn.LayerNorm = LayerNorm\n",
+    "torch.nn.LayerNorm = LayerNorm\n",
+    "setattr(nn, 'LayerNorm', LayerNorm)\n",
+    "setattr(torch.nn, 'LayerNorm', LayerNorm)\n",
+    "globals()['nn'].LayerNorm = LayerNorm\n",
+    "m = nn\nm.LayerNorm = LayerNorm\n",
+    "def patch():\n    nn.LayerNorm = LayerNorm\npatch()\n",
+    "nn.__dict__['LayerNorm'] = LayerNorm\n",
+    "vars(nn)['LayerNorm'] = LayerNorm\n",
+    "def patch(c):\n    getattr(nn, '__setattr__')('LayerNorm', c)\n    return c\n@patch\nclass _N(LayerNorm):\n    pass\n",
+])
+def test_a_file_that_patches_torch_is_not_read(tmp_path: Path, patch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.nn, "LayerNorm", torch.nn.LayerNorm)  # torch's own again after the file patched it
+    code = _IMPORTS + _MY_NORM + patch + "\n" + _HEAD_CLASS
+    path = tmp_path / "joint_schema_model.py"
+    path.write_text(code)
+    assert _torch_state(path, {"width": 8}) == {"a.g": (8, 2)}  # torch builds the file's own norm
+    ref = read_reference(code.encode(), {"width": 8})
+    assert ref.status == "unread" and "line " in ref.reason, ref
+
+
+@pytest.mark.parametrize("code", [
+    "import torch\nfrom torch import nn\nfrom torch.nn import LayerNorm\n" + _MY_NORM.replace("class LayerNorm", "class Mine")
+    + "LayerNorm = Mine\n" + _HEAD_CLASS.replace("nn.LayerNorm", "LayerNorm"),
+    "import torch\nfrom torch import nn\n" + _MY_NORM.replace("class LayerNorm", "class Mine")
+    + "import torch.nn as nn2\nnn2 = None\nclass nn:\n    Module = torch.nn.Module\n    LayerNorm = Mine\n" + _HEAD_CLASS,
+    "import torch\nfrom torch import nn\n" + _MY_NORM.replace("class LayerNorm", "class Mine")
+    + "def f():\n    global nn\n    nn = None\n" + _HEAD_CLASS,
+    "import torch\nfrom torch import nn\ndef round(x):\n    return 99\n"
+    + _HEAD_CLASS.replace("nn.LayerNorm(width)", "nn.Linear(round(2.5), 2)"),
+    "import torch\nfrom torch import nn\nfrom os.path import *\n" + _HEAD_CLASS,
+])
+def test_a_file_that_rebinds_a_name_the_reader_resolves_is_not_read(tmp_path: Path, code: str) -> None:
+    ref = read_reference(code.encode(), {"width": 8})
+    assert ref.status == "unread" and "line " in ref.reason, ref
+
+
+def test_an_untampered_file_with_its_own_norm_class_is_read(tmp_path: Path) -> None:
+    code = _IMPORTS + _MY_NORM + _HEAD_CLASS.replace("nn.LayerNorm", "LayerNorm")
+    path = tmp_path / "joint_schema_model.py"
+    path.write_text(code)
+    ref = read_reference(code.encode(), {"width": 8})
+    assert ref.status == "ok" and ref.tensors == _torch_state(path, {"width": 8}) == {"a.g": (8, 2)}
+
+
+# ---- del / delattr, and the plain Python the reader follows (torch is the oracle)
+@pytest.mark.parametrize("body", [
+    "self.a = nn.Linear(width, 2)\n        self.b = nn.Linear(2, 2)\n        del self.a\n",
+    "self.a = nn.Linear(width, 2)\n        self.b = nn.Linear(2, 2)\n        delattr(self, 'a')\n",
+    "self.a = nn.Linear(width, 2)\n        self.n = 3\n        del self.n\n        self.b = nn.Linear(2, 2)\n",
+    "self.b = nn.Linear(round(2.5), abs(-2))\n",
+    "self.b = nn.Linear([width, 3][1], {'k': width}['k'])\n",
+    "self.b = nn.Linear(True + 1, (width, 4)[-1])\n",
+    "self.add_module('-'.join(['x', 'y']), nn.Linear(width, 2))\n        self.add_module('a'.upper(), nn.Linear(2, 2))\n",
+    "self.add_module('p_{}'.format(width), nn.Linear(width, 2))\n        self.add_module('Q'.lower(), nn.Linear(2, 2))\n",
+    "self.l = nn.ModuleList()\n        for i in range(5):\n            if i == 1:\n                continue\n"
+    "            if i == 4:\n                break\n            self.l.append(nn.Linear(width, i + 1))\n",
+    "self.l = nn.ModuleList([nn.Linear(2, 2)])\n        self.l.insert(0, nn.Linear(width, 3))\n"
+    "        self.l.extend([nn.Linear(3, 3)])\n        self.l[1] = nn.Linear(5, 5)\n",
+    "from collections import OrderedDict\n        self.s = nn.Sequential(OrderedDict([('fc', nn.Linear(width, 2)), "
+    "('act', nn.GELU())]))\n        self.d = nn.ModuleDict(dict(x=nn.Linear(2, 2)))\n        self.d['y'] = nn.Linear(3, 3)\n",
+    "import torch.nn as tnn\n        self.b = tnn.Linear(width, 2)\n",
+    "self.b = self.format(width)\n\n    def format(self, w):\n        return nn.Linear(w, 3)\n",
+])
+def test_the_reader_follows_plain_python_as_torch_runs_it(tmp_path: Path, body: str) -> None:
+    code = HEAD + "        " + body
+    path = tmp_path / "joint_schema_model.py"
+    path.write_text(code)
+    ref = read_reference(code.encode(), {"width": 8})
+    assert (ref.status, ref.unknown, ref.reason) == ("ok", (), ""), ref
+    assert ref.tensors == _torch_state(path, {"width": 8})
+
+
+def test_a_head_taking_kwargs_is_read_from_them(tmp_path: Path) -> None:
+    code = ("import torch\nfrom torch import nn\n\nclass JointSchemaHead(nn.Module):\n    def __init__(self, **cfg):\n"
+            "        super().__init__()\n        self.a = nn.Linear(cfg['width'], cfg.get('out', 3))\n"
+            "        self.b = nn.Linear(cfg.get('width'), 2)\n")
+    path = tmp_path / "joint_schema_model.py"
+    path.write_text(code)
+    ref = read_reference(code.encode(), {"width": 8, "heads": 2})
+    assert (ref.status, ref.unknown, ref.rejected) == ("ok", (), ())
+    assert ref.tensors == _torch_state(path, {"width": 8, "heads": 2})
+
+
+def test_where_the_reader_stops_is_named_by_line_and_construct() -> None:
+    code = HEAD + "        self.a = nn.Linear(width, 2)\n        while True:\n            pass\n"
+    ref = read_reference(code.encode(), {"width": 8})
+    assert ref.unknown == ("",) and ref.reason == "read up to line 8: While", ref
+
+
+@pytest.mark.parametrize("index", [-1, 5])
+def test_a_modulelist_insert_torch_does_not_renumber_like_a_list_is_not_guessed(index: int) -> None:
+    code = HEAD + f"        self.l = nn.ModuleList([nn.Linear(2, 2)])\n        self.l.insert({index}, nn.Linear(width, 3))\n"
+    ref = read_reference(code.encode(), {"width": 8})
+    assert ref.unknown == ("",), ref

@@ -234,3 +234,63 @@ def test_a_reference_that_would_run_commands_is_read_not_run(fresh, tmp_path: Pa
     proc = cli("verify", str(root), "--json")
     assert not marker.exists()
     assert proc.returncode in (0, 1) and json.loads(proc.stdout)["path"]
+
+
+# ---- a reference the reader must not trust, or cannot follow
+_PATCH = ("class _Gain(nn.Module):\n    def __init__(self, w):\n        super().__init__()\n"
+          "        self.g = nn.Parameter(torch.ones(w, 2))\n\n\nnn.LayerNorm = _Gain\n\n\n")
+
+
+def test_a_reference_that_patches_torch_is_not_trusted(fresh) -> None:
+    """torch would build hidden_norm.g [w, 2]: the head with torch's hidden_norm.weight/bias is not called exact."""
+    root = fresh("layout-2", "bf16", head_reference="inferred")
+    code = head_reference_code("inferred").replace("\n\nclass JointSchemaHead", "\n\n" + _PATCH + "class JointSchemaHead")
+    (root / L.HEAD_CODE).write_text(code)
+    findings = _head_findings(root)
+    (note,) = [f for f in findings if f["code"] == "head-code-invalid"]
+    assert note["severity"] == "info" and "nn.LayerNorm" in note["message"] and "line " in note["message"], note
+
+
+def test_a_module_the_reference_deletes_is_not_required(fresh) -> None:
+    root = fresh("layout-2", "bf16", head_reference="inferred")
+    code = head_reference_code("inferred")
+    code = code.replace("        self.option_norm = nn.LayerNorm(width)\n",
+                        "        self.option_norm = nn.LayerNorm(width)\n        del self.field_norm\n")
+    (root / L.HEAD_CODE).write_text(code)
+    _write_head(root, {n: v for n, v in _entries(root).items() if not n.startswith("field_norm.")})
+    assert [f for f in _head_findings(root) if f["severity"] != "info"] == []
+
+
+def _renamed_stacks(root: Path, stop: str) -> None:
+    """A reference naming its stacks ``encoder`` / ``decoder`` with a statement the reader stops at, and the
+    head that reference builds."""
+    code = head_reference_code("inferred").replace("self.evidence_layers", "self.encoder").replace(
+        "self.layers", "self.decoder").replace("        self.field_norm", f"        {stop}\n        self.field_norm")
+    (root / L.HEAD_CODE).write_text(code)
+    entries = {n.replace("evidence_layers.", "encoder.", 1) if n.startswith("evidence_layers.") else
+               n.replace("layers.", "decoder.", 1) if n.startswith("layers.") else n: v
+               for n, v in _entries(root).items()}
+    _write_head(root, entries)
+
+
+def test_a_reference_the_reader_cannot_follow_is_named_and_stack_names_are_only_a_note(fresh) -> None:
+    """Valid Python the reader does not evaluate: an info naming the line and construct; at a config other
+    than the release's, stack counts hang on the inferred stack names, so they are a note, not an error."""
+    root = fresh("layout-2", "bf16", head_reference="inferred")
+    _renamed_stacks(root, "while False:\n            pass")
+    findings = _head_findings(root)
+    assert [f for f in findings if f["severity"] != "info"] == [], findings
+    (stop,) = [f for f in findings if f["code"] == "head-code-invalid"]
+    line = head_reference_code("inferred").split("\n").index("        self.field_norm = nn.LayerNorm(width)") + 1
+    assert f"line {line} (While)" in stop["message"], stop
+    (names,) = [f for f in findings if f["code"] == "head-names-inferred"]
+    assert "lacks layer evidence_layers.0" in names["message"]
+
+
+def test_a_fact_found_after_the_reader_stopped_names_where_it_stopped_not_re_download(fresh) -> None:
+    root = fresh("layout-2", "bf16")
+    entries = _release_entries()
+    entries.pop("residual_gate")
+    _release_head(root, UNREAD, entries)
+    errors = [f for f in _not_backbone(_head_findings(root)) if f["severity"] == "error"]
+    assert errors and all("re-download" not in f["fix"] and "line 6 (build_from)" in f["fix"] for f in errors), errors

@@ -6,9 +6,11 @@ a. the checkpoint's own ``joint_schema_model.py``, read statically (``spec.head_
    imported, never run): the keys ``JointSchemaHead.__init__`` takes, and the exact tensor names and
    shapes of the module tree it builds at this config;
 b. for whatever (a) cannot tell (no reference file, one the reader cannot follow, a subtree it cannot
-   evaluate), the known facts: at the release config 122 BF16 tensors in 243,538,016 bytes, the config
-   keys, heads dividing width, stack symmetry, torch's own layer shapes wherever torch's names appear;
-c. the names this project infers: a note (info), never an error on their own.
+   evaluate), the known facts: at the release config 122 BF16 tensors in 243,538,016 bytes and the
+   stack counts and symmetry, the config keys, heads dividing width, torch's own layer shapes wherever
+   torch's names appear;
+c. the names this project infers (and, off the release config, the stack counts and symmetry that hang on
+   them): a note (info), never an error on their own.
 """
 
 from __future__ import annotations
@@ -71,17 +73,21 @@ def check_head(ck: Checkpoint) -> Iterator[Finding]:
     if ref is not None and ref.fails_kind == "fails" and not config_findings:
         yield error("head-config-invalid", f"{config_rel}: {ref.fails}", file=config_rel, fix=_FIX)
     rest = {n: v for n, v in tensors.items() if known is None or under(n, known.unknown)}
-    problems = exact + _fact_problems(cfg, tensors, rest, ck.files.get(weights), fully_known)
+    facts, stack_notes = _fact_problems(cfg, tensors, rest, ck.files.get(weights), fully_known)
+    problems = exact + facts
     reported = {p.tensor for p in problems}
     problems += [p for p in dtype_problems(tensors) if p.tensor not in reported]
+    exact_ids = {id(p) for p in exact}
+    fallback_fix = _fallback_fix(ref)
     for p in problems[:_MAX_FINDINGS]:
         code = "head-unexpected" if p.kind == "unexpected" else "head-incomplete"
-        yield error(code, f"{weights}: {p.message}", file=weights, tensor=p.tensor or None, fix=_FIX)
+        fix = _FIX if id(p) in exact_ids or fallback_fix is None else fallback_fix
+        yield error(code, f"{weights}: {p.message}", file=weights, tensor=p.tensor or None, fix=fix)
     if len(problems) > _MAX_FINDINGS:
         yield error("head-incomplete", f"{weights}: {len(problems) - _MAX_FINDINGS} more problem(s) not listed",
                     file=weights, fix=_FIX)
     if known is None or known.unknown:  # (c): only where nothing exact was read, and only a note
-        notes = [p for p in inferred_problems(cfg, rest) if p.tensor not in reported]
+        notes = stack_notes + [p for p in inferred_problems(cfg, rest) if p.tensor not in reported]
         if notes:
             shown = "; ".join(p.message for p in notes[:5]) + (f"; {len(notes) - 5} more" if len(notes) > 5 else "")
             yield info("head-names-inferred",
@@ -99,6 +105,28 @@ def _reference_findings(ref: Reference | None) -> Iterator[Finding]:
     elif ref.status == "unread":
         yield info("head-code-invalid", f"{L.HEAD_CODE} was not read statically ({ref.reason}); the joint head is "
                    "checked from the known facts only", file=L.HEAD_CODE)
+    elif ref.status == "ok" and ref.reason:
+        yield info("head-code-invalid", f"{L.HEAD_CODE} could not be followed statically past {_stop(ref)}, a "
+                   "construct the static reader does not evaluate (valid Python is not an error); the joint head is "
+                   "checked from the known facts only", file=L.HEAD_CODE)
+
+
+def _stop(ref: Reference) -> str:
+    """Where the reader stopped: ``line 8 (While)``."""
+    where = ref.reason.removeprefix("read up to ")
+    line, sep, what = where.partition(": ")
+    return f"{line} ({what})" if sep and line.startswith("line ") else where
+
+
+def _fallback_fix(ref: Reference | None) -> str | None:
+    """The fix of a fact finding when the reference file was there but the reader could not follow it: the
+    cause may be the reader, so it says which fact the head contradicts and where the reader stopped, and
+    does not send the user to re-download a head that may be fine. None when the reference was read or absent."""
+    if ref is None or ref.status == "invalid" or (ref.status == "ok" and not ref.reason):
+        return None
+    where = _stop(ref) if ref.status == "ok" else ref.reason
+    return (f"the head contradicts the fact stated; {L.HEAD_CODE} could not be followed statically ({where}), so "
+            "compare the head with the module tree that file builds at this config before replacing either")
 
 
 def _natural(name: str) -> list[tuple[int, int | str]]:
@@ -152,15 +180,22 @@ def exact_problems(want: Mapping[str, tuple[int, ...]], tensors: _Tensors, unkno
 
 
 def _fact_problems(cfg: HeadConfig, tensors: _Tensors, rest: _Tensors, file_size: int | None,
-                   fully_known: bool) -> list[HeadProblem]:
-    """(b): the published figures at the release config, stack symmetry and torch's layer shapes, for
-    the tensors the reference did not decide (``rest``)."""
-    out: list[HeadProblem] = []
-    if not fully_known and cfg._asdict() == RELEASE_CONFIG:
-        out += _release_figures(tensors, file_size)
+                   fully_known: bool) -> tuple[list[HeadProblem], list[HeadProblem]]:
+    """(b): (errors, notes) for the tensors the reference did not decide (``rest``).
+
+    Errors: the published figures at the release config, torch's layer shapes wherever torch's names
+    appear. The stack counts and symmetry hang on the stack names ``evidence_layers`` / ``layers`` and on
+    layers built alike, both inferred: an error at the release config (where the release's figures back
+    them), a note at any other config, where nothing published says how the head names its layers."""
+    errors: list[HeadProblem] = []
+    notes: list[HeadProblem] = []
+    release = cfg._asdict() == RELEASE_CONFIG
+    if not fully_known and release:
+        errors += _release_figures(tensors, file_size)
     if rest:
-        out += stack_problems(cfg, rest) + torch_layer_problems(cfg, rest)
-    return out
+        (errors if release else notes).extend(stack_problems(cfg, rest))
+        errors += torch_layer_problems(cfg, rest)
+    return errors, notes
 
 
 def _release_figures(tensors: _Tensors, file_size: int | None) -> list[HeadProblem]:
