@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
+from clef_format.fixtures.sparse import fill_one_element_scales
 from clef_format.read.safetensors import DTYPE_BITS, encode_header, read_header
 from clef_format.spec import layouts as L
 
@@ -26,6 +27,7 @@ def write_entries(path: Path, ents: Entries, metadata: dict[str, str] | None) ->
     with open(path, "wb") as fh:
         fh.write(header)
         fh.truncate(len(header) + size)
+    fill_one_element_scales(path)  # a hole reads as 0.0: a global or KV scale of 0 is itself an error
 
 
 def sparsify(root: Path) -> None:
