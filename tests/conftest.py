@@ -7,9 +7,13 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-from hypothesis import HealthCheck, settings
 
 from clef_format.fixtures.builders import build_checkpoint
+
+try:  # the engine tier's env has no hypothesis (none of its tests uses it)
+    from hypothesis import HealthCheck, settings
+except ImportError:  # pragma: no cover - only in the engine env
+    settings = None
 
 # Hypothesis profiles (docs/TESTING.md). "ci", the default and what `make test` selects: the same
 # examples on every run (derandomize) and no example database, so a run never fails on an example
@@ -17,10 +21,11 @@ from clef_format.fixtures.builders import build_checkpoint
 # in .hypothesis/ so that a failure found is replayed until fixed. A test's own @settings (example
 # counts, deadlines) apply under both. "ci" also drops the time-based checks (the deadline, too_slow):
 # on a loaded machine they fail at random, which is what this profile is there to rule out.
-settings.register_profile("ci", derandomize=True, database=None, print_blob=True, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("explore", derandomize=False)
-settings.load_profile("ci")
+if settings is not None:
+    settings.register_profile("ci", derandomize=True, database=None, print_blob=True, deadline=None,
+                              suppress_health_check=[HealthCheck.too_slow])
+    settings.register_profile("explore", derandomize=False)
+    settings.load_profile("ci")
 
 _CACHE: dict[tuple, Path] = {}
 
