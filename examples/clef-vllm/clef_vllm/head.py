@@ -13,8 +13,9 @@ from clef_format import vllm as hooks
 
 from . import PLUGIN_VERSION
 
-#: the reference code every Clef checkpoint ships at its root
+#: the reference code every Clef checkpoint ships at its root, and the head's weights
 HEAD_CODE = "joint_schema_model.py"
+HEAD_WEIGHTS = "clef_head/joint_head.safetensors"
 
 
 def _head_class(root: str) -> type:
@@ -30,12 +31,16 @@ def _head_class(root: str) -> type:
 
 
 def build_head(source: str) -> Any:
-    """``JointSchemaHead(**config)``: the pair is checked again and the marker removed by the hook."""
+    """``JointSchemaHead(**config)`` with the head file's weights: the pair is checked again and the marker
+    removed by the hook, and the file is checked against this very class before a strict load."""
+    from safetensors.torch import load_file
+
     ck = hooks.check_checkpoint(source, PLUGIN_VERSION)
     cls = _head_class(ck.root)
     hooks.check_plugin_head(ck, PLUGIN_VERSION, cls)  # the head file is exactly what this head loads
     config = hooks.head_config(ck, PLUGIN_VERSION)
     head = cls(**config)
+    head.load_state_dict(load_file(os.path.join(ck.root, HEAD_WEIGHTS)), strict=True)
     head.clef_config = config  # what it was built from, for the engine probes
     return head
 

@@ -64,8 +64,8 @@ class _ClefChecked:
 
     def _clef_load(self, load: Any) -> set[str]:
         loaded = hooks.load_weights(self, self.clef_root, PLUGIN_VERSION, load)
-        self.clef_head = build_head(self.clef_root)
-        return loaded
+        self.clef_head = build_head(self.clef_root)  # a submodule: its weights come from its own file
+        return loaded | {f"clef_head.{name}" for name, _ in self.clef_head.named_parameters()}
 
     def _clef_logits(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
         lm_head = getattr(self._clef_language_model(), "lm_head", None)
