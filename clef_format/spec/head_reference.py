@@ -251,10 +251,13 @@ class _Reader:
         self.steps = 0
         self.depth = 0
         self.classes: dict[str, ast.ClassDef] = {}
+        self.functions: dict[str, ast.FunctionDef] = {}
         self.globals: dict[str, Any] = {}
         for node in tree.body:
             if isinstance(node, ast.ClassDef):
                 self.classes[node.name] = node
+            elif isinstance(node, ast.FunctionDef):
+                self.functions[node.name] = node
             elif isinstance(node, ast.Import):
                 for a in node.names:
                     if a.asname:
@@ -408,7 +411,7 @@ class _Reader:
         return v
 
     def _truth(self, v: Any) -> bool:
-        if isinstance(v, (int, float, str, tuple, list, type(None))):
+        if isinstance(v, (int, float, str, tuple, list, dict, type(None))):
             return bool(v)
         raise _Unknown("truth value")
 
@@ -524,6 +527,12 @@ class _Reader:
                 return self._super_init(env.get("__class__"), mod, args, kwargs)
         if isinstance(func, ast.Attribute) and func.attr in _IN_PLACE:
             return None  # an in-place op on tensor data (initialization): names and shapes stay
+        if isinstance(func, ast.Attribute) and func.attr == "apply" and isinstance(func.value, ast.Name) \
+                and func.value.id == "self" and mod is not None and len(node.args) == 1 and not node.keywords:
+            fn = self._function_of(node.args[0], mod)
+            if fn is not None and _values_only(fn):
+                return None  # self.apply(init): runs on every submodule, changing values, never names or shapes
+            raise _Unknown(".apply() of a function that may change the module tree")
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self" \
                 and mod is not None and self._method_def(mod.kind, func.attr) is not None:
             args, kwargs = self._args(node, env, mod)
@@ -544,6 +553,15 @@ class _Reader:
         if isinstance(callee, _Ref):
             return self._call_ref(callee.path, args, kwargs, mod)
         raise _Unknown("call")
+
+    def _function_of(self, node: ast.AST, mod: _Module) -> ast.FunctionDef | None:
+        """The file's own function a reference names: ``self.method`` or a module-level ``function``."""
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+            found = self._method_def(mod.kind, node.attr)
+            return found[1] if found is not None else None
+        if isinstance(node, ast.Name):
+            return self.functions.get(node.id)
+        return None
 
     def _value_method(self, target: Any, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """The few methods of str and dict a head's ``__init__`` uses for names and config."""
@@ -1035,6 +1053,8 @@ class _Reader:
             try:
                 branch = node.body if self._truth(self.eval(node.test, env, mod)) else node.orelse
             except _Unknown:
+                if _inert(node.body + node.orelse):
+                    return  # e.g. a warning logged: neither branch can change the module tree
                 if not self._only_self_assignments(node.body + node.orelse):
                     raise _Unknown("an if the reader cannot decide") from None
                 for name in self._self_targets(node.body + node.orelse):
@@ -1043,6 +1063,43 @@ class _Reader:
             self._run(branch, env, mod)
             return
         raise _Unknown(type(node).__name__)
+
+
+#: Calls that change a module's names, shapes or dtypes (a function passed to ``apply`` must make none).
+_STRUCTURE_CALLS = {"add_module", "register_module", "register_parameter", "register_buffer", "to", "type", "half",
+                    "float", "double", "bfloat16", "apply", "append", "extend", "insert", "setattr", "delattr",
+                    "__setattr__", "__delattr__", "set_", "resize_", "as_strided_", "load_state_dict"}
+
+
+def _values_only(fn: ast.FunctionDef) -> bool:
+    """Whether a function (an initializer given to ``Module.apply``) can change only tensor values: it assigns
+    no attribute or item and calls nothing that adds, removes, reshapes or recasts a module's tensors."""
+    for sub in _walk(fn):
+        if isinstance(sub, (ast.Attribute, ast.Subscript)) and not isinstance(sub.ctx, ast.Load):
+            return False
+        if isinstance(sub, ast.Call):
+            f = sub.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+            if name is None or name in _STRUCTURE_CALLS or name in _DYNAMIC:
+                return False
+        if isinstance(sub, (ast.Global, ast.Nonlocal, ast.Lambda, ast.FunctionDef, ast.ClassDef)) and sub is not fn:
+            return False
+    return True
+
+
+def _inert(body: list[ast.stmt]) -> bool:
+    """Statements that cannot change the module tree, whichever runs: they name no ``self``, bind no name,
+    and neither raise nor leave the block (``logger.warning(...)``, ``warnings.warn(...)``, ``pass``)."""
+    for node in body:
+        if not isinstance(node, (ast.Expr, ast.Pass, ast.If)):
+            return False
+        for sub in _walk(node):
+            if isinstance(sub, ast.Name) and (sub.id in ("self", "super", "setattr") or not isinstance(sub.ctx, ast.Load)):
+                return False
+            if isinstance(sub, (ast.NamedExpr, ast.Lambda, ast.Attribute)) and not isinstance(
+                    getattr(sub, "ctx", ast.Load()), ast.Load):
+                return False
+    return True
 
 
 def _flatten(mod: _Module, prefix: str, tensors: dict[str, tuple[int, ...]], unknown: list[str]) -> None:
