@@ -9,7 +9,7 @@ import pytest
 from clef_format.compat import IncompatibleError, check_checkpoint
 from clef_format.verify.checks.startup import tokenizer_problem
 from clef_format.verify.run import verify
-from tests.scenarios.hostile_cases import fresh_copy, pristine
+from tests.support.hostile_cases import fresh_copy, pristine
 
 tokenizers = pytest.importorskip("tokenizers")
 
