@@ -75,10 +75,6 @@ def _stat_key(ref: "Reference") -> tuple[object, ...] | None:
     return (ref.path, ref.algorithm, ref.digest, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _proven(ref: "Reference") -> bool:
-    key = _stat_key(ref)
-    with _lock:
-        return key is not None and key in _verified
 
 
 def forget_verified() -> None:
@@ -101,7 +97,13 @@ class ContentCheck:
         from clef_format.verify.deep import ReferenceCheck
 
         self.ck = ck
-        self.run: ReferenceCheck = ReferenceCheck(ck, checked_here, skip=_proven)
+        self._before: dict[str, tuple[object, ...] | None] = {}  # each file's stat key before it is hashed
+        self.run: ReferenceCheck = ReferenceCheck(ck, checked_here, skip=self._proven)
+
+    def _proven(self, ref: "Reference") -> bool:
+        key = self._before[ref.path] = _stat_key(ref)
+        with _lock:
+            return key is not None and key in _verified
 
     def after(self, fn: Callable[[], T]) -> "Future[T]":
         return self.run.after(fn)
@@ -113,10 +115,11 @@ class ContentCheck:
         for f in run.findings:  # from reading the references: a size the manifest contradicts, a listed file absent
             if f.code in ("hash-mismatch", "missing-file") and f.file is not None and checked_here(f.file):
                 errors.append(f)
-        with _lock:
+        with _lock:  # remembered only when unchanged while it was hashed (a write during the read: hashed again)
             for rel in run.matched:
-                key = _stat_key(run.hashed[rel])
-                if key is not None:
+                ref = run.hashed[rel]
+                key = self._before.get(ref.path)
+                if key is not None and _stat_key(ref) == key:
                     _verified.add(key)
         self._log(errors)
         return errors
