@@ -13,8 +13,9 @@ the environment variable ``CLEF_FORMAT_GATE_HASH=0`` (the keyword wins when give
 
 A plugin calls the gate more than once per start (the model's constructor, then ``load_weights``,
 ``head_config``, ``check_plugin_head``): a file whose digest matched is remembered for the life of
-the process by its identity and change times (device, inode, size, mtime and ctime in ns), so
-later calls hash only what changed since.
+the process by its identity and change times (device, inode, size, mtime and ctime in ns, taken
+before it was read and unchanged after), so later calls hash only what changed since; the gate's
+streamed checks (``proven`` / ``remember``) are remembered the same way, over every file.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ log = logging.getLogger("clef_format.gate")
 T = TypeVar("T")
 
 _lock = threading.Lock()
-_verified: set[tuple[object, ...]] = set()  # stat keys of files whose digest matched in this process
+_verified: set[tuple[object, ...]] = set()  # stat keys of files (and checkpoints) proven in this process
 _logged: set[tuple[str, tuple[str, ...]]] = set()  # (root, unchecked files) already warned about
 
 
@@ -67,12 +68,42 @@ def hashing_wanted(check_references: bool | None) -> bool:
                          f"or unset it / {ENV}=1 to keep it")
 
 
-def _stat_key(ref: "Reference") -> tuple[object, ...] | None:
+def file_key(path: str) -> tuple[object, ...] | None:
+    """What changes when a file's bytes may have: identity and change times (None: cannot be stat'ed)."""
     try:
-        st = os.stat(ref.path)
+        st = os.stat(path)
     except OSError:
         return None
-    return (ref.path, ref.algorithm, ref.digest, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _stat_key(ref: "Reference") -> tuple[object, ...] | None:
+    key = file_key(ref.path)
+    return None if key is None else (ref.algorithm, ref.digest, *key)
+
+
+def checkpoint_key(ck: "Checkpoint", what: str) -> tuple[object, ...] | None:
+    """``what`` was proven on these files as they are now: every file of the checkpoint by ``file_key``."""
+    keys = []
+    for rel in sorted(ck.files):
+        key = file_key(ck.path(rel))
+        if key is None:
+            return None
+        keys.append((rel, key))
+    return (what, str(ck.root), tuple(keys))
+
+
+def proven(key: tuple[object, ...] | None) -> bool:
+    """Whether ``key`` (a ``checkpoint_key``) was remembered in this process."""
+    with _lock:
+        return key is not None and key in _verified
+
+
+def remember(key: tuple[object, ...] | None, ck: "Checkpoint", what: str) -> None:
+    """Remember ``key`` as proven, when the files are still as they were when it was taken."""
+    if key is not None and checkpoint_key(ck, what) == key:
+        with _lock:
+            _verified.add(key)
 
 
 

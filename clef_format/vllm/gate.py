@@ -149,6 +149,7 @@ def _check_errors(ck: "Checkpoint", plugin_version: str, content: "ContentCheck 
     checks; while ``content`` hashes. Waits for nothing of the hashing but the queued streamed checks."""
     from clef_format.spec.marker import MarkerError, read_marker
     from clef_format.verify.run import verify_checkpoint
+    from clef_format.vllm.content import checkpoint_key, proven, remember
 
     path, snapshot = str(ck.root), ck.hf_snapshot
     if not ck.layout_unread:  # else no layout is known: verify's checks below give the reading finding
@@ -161,7 +162,10 @@ def _check_errors(ck: "Checkpoint", plugin_version: str, content: "ContentCheck 
             raise IncompatibleError("tables-missing", f"the marker says layout-2 but {TABLES} is missing",
                                     f"download {TABLES} from the same revision of the checkpoint")
     errors = [f for f in verify_checkpoint(ck, path).findings if f.severity == "error"]
-    if not errors:  # the streamed checks, queued behind the files being hashed (run inline without hashing)
+    key = checkpoint_key(ck, f"streamed {ck.vllm_version}")
+    if not errors and not proven(key):  # the streamed checks, queued behind the files being hashed
         streamed = content.after(lambda: _streamed_errors(ck)) if content else None
         errors = streamed.result() if streamed else _streamed_errors(ck)
+        if not errors:  # the plugin's later calls in this process skip them while no file changes
+            remember(key, ck, f"streamed {ck.vllm_version}")
     return errors

@@ -292,3 +292,19 @@ def test_hashing_runs_before_any_weight_is_loaded(source: Path, tmp_path: Path) 
     with pytest.raises(IncompatibleError) as exc:
         backbone_weights(root, PLUGIN)  # raises when called, before the first tensor is read
     assert exc.value.code == "hash-mismatch"
+
+
+def test_the_streamed_checks_are_run_again_after_a_change(source: Path, tmp_path: Path) -> None:
+    """The table rule and the scale decode are remembered once passed (the plugin's later calls skip
+    them), keyed on every file as it is: a table rewritten since is read again, with no reference to
+    catch it (a plain folder) and its own recorded digests re-made."""
+    from tests.scenarios.header_edit import reseal_digests
+
+    root = tmp_path / "plain"
+    shutil.copytree(source, root)
+    assert _refusal(root) is None
+    hidden = read_header(root / L.TABLES).tensors[L.EMBED_TOKENS].shape[1]
+    poke(root / L.TABLES, L.EMBED_TOKENS, hidden * 6 + 1, b"\x80")  # -128: outside the format
+    reseal_digests(root / L.TABLES)
+    exc = _refusal(root)
+    assert exc is not None and exc.code == "table-value-range"
