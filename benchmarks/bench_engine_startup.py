@@ -50,7 +50,7 @@ def write_local_dir_metadata(root: Path) -> None:
     """What ``hf download REPO --local-dir ROOT`` leaves beside the files (huggingface_hub's own writer)."""
     from huggingface_hub._local_folder import write_download_metadata
 
-    from clef_format.fixtures.hub_cache import default_lfs, etag_of, fake_commit
+    from tests.support.hub_cache import default_lfs, etag_of, fake_commit
 
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         rel = path.relative_to(root).as_posix()

@@ -85,7 +85,7 @@ def local_dir(root: Path) -> None:
     """Per file, the metadata ``hf download --local-dir`` writes (huggingface_hub's own writer)."""
     from huggingface_hub._local_folder import write_download_metadata
 
-    from clef_format.fixtures.hub_cache import default_lfs, etag_of, fake_commit
+    from tests.support.hub_cache import default_lfs, etag_of, fake_commit
 
     commit = fake_commit("kurcontko/clef-flash-NVFP4-Hybrid@main")
     for path in sorted(p for p in root.rglob("*") if p.is_file()):

@@ -1,7 +1,7 @@
 """The serving gate checks content by default: every file the engine or the plugin reads is hashed
 against the strongest reference its download has, before any weight is loaded.
 
-Real downloads of a real (tiny) checkpoint: a Hugging Face cache checkout (``fixtures.hub_cache``, the
+Real downloads of a real (tiny) checkpoint: a Hugging Face cache checkout (``tests/support/hub_cache.py``, the
 layout ``scan_cache_dir`` reads), a ``--local-dir`` download whose metadata is written by
 huggingface_hub's own ``write_download_metadata``, and a folder with ``clef-format manifest``'s
 ``clef_manifest.json``. Each kind of file gets one changed byte that no other check of the gate sees
@@ -21,11 +21,11 @@ import pytest
 from clef_format.cli.main import main
 from clef_format.compat import IncompatibleError, check_checkpoint
 from clef_format.errors import UsageError
-from clef_format.fixtures.hub_cache import build_hub_cache, default_lfs, etag_of, fake_commit
+from tests.support.hub_cache import build_hub_cache, default_lfs, etag_of, fake_commit
 from clef_format.read.safetensors import read_header
 from clef_format.spec import layouts as L
 from clef_format.vllm import content
-from tests.scenarios.header_edit import poke
+from tests.support.header_edit import poke
 
 PLUGIN = "0.2.1"
 SHARD = "model-00001-of-00002.safetensors"
@@ -298,7 +298,7 @@ def test_the_streamed_checks_are_run_again_after_a_change(source: Path, tmp_path
     """The table rule and the scale decode are remembered once passed (the plugin's later calls skip
     them), keyed on every file as it is: a table rewritten since is read again, with no reference to
     catch it (a plain folder) and its own recorded digests re-made."""
-    from tests.scenarios.header_edit import reseal_digests
+    from tests.support.header_edit import reseal_digests
 
     root = tmp_path / "plain"
     shutil.copytree(source, root)

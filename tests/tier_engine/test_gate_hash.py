@@ -19,7 +19,7 @@ from clef_format.read.safetensors import read_header
 def _local_dir_download(src: Path, dest: Path) -> Path:
     from huggingface_hub._local_folder import write_download_metadata
 
-    from clef_format.fixtures.hub_cache import default_lfs, etag_of, fake_commit
+    from tests.support.hub_cache import default_lfs, etag_of, fake_commit
 
     shutil.copytree(src, dest)
     for path in sorted(p for p in dest.rglob("*") if p.is_file()):
