@@ -165,12 +165,14 @@ def _summary(pairs: list[dict[str, object]]) -> dict[str, object]:
 
 
 def point(base: Path, layers: int, vocab: int, vision_depth: int | None, runs: int, cp_cmd: list[str],
-          modes: list[str], caches: list[str], dry_run: bool) -> dict[str, object]:
+          modes: list[str], caches: list[str], dry_run: bool, trees: dict[str, Path] | None = None) -> dict[str, object]:
     """``runs`` rounds; in each, for every cache state and mode, ``cp`` then migrate, back to back, and
     their ratio (the pair shares the machine's load of that moment). ``inplace``: migrate the copy cp
     just wrote; ``output``: migrate the source to a new ``--output`` beside it. ``cold``: the page
     cache is dropped before each timed command; ``warm``: not (cp has just read the source, or written
-    the copy migrate reads)."""
+    the copy migrate reads). ``trees``: label -> clef-format source tree, each run as its own pair
+    (default: this one, as ``this``), so a change is compared in the same rounds."""
+    trees = trees or {"this": ROOT}
     tag = f"{layers}-{vocab}-{vision_depth}"
     src, cpy, out = base / f"src-{tag}", base / f"copy-{tag}", base / f"out-{tag}"
     for p in (src, cpy, out):
@@ -179,7 +181,6 @@ def point(base: Path, layers: int, vocab: int, vision_depth: int | None, runs: i
     wait_for_space(base, layers * 190_000_000 + vocab * 16_400 + 1_500_000_000)  # about the source's size
     size = build(src, layers, vocab, vision_depth)
     gen_s = time.perf_counter() - t0
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cli = [sys.executable, "-m", "clef_format.cli", "migrate"]
     pairs: dict[str, list[dict[str, object]]] = {}
     dries: list[float] = []
@@ -187,32 +188,34 @@ def point(base: Path, layers: int, vocab: int, vision_depth: int | None, runs: i
     step: dict[str, object] = {}
     try:
         for _ in range(runs):
-            for cache in caches:
-                for mode in modes:
-                    for p in (cpy, out):
-                        shutil.rmtree(p, ignore_errors=True)
-                    wait_for_space(base, 3 * size)  # the copy, then migrate's staging or output beside it
-                    subprocess.run(["sync"], check=True)
-                    if cache == "cold":
-                        dropped = drop_caches()
-                    c = timed([*cp_cmd, str(src), str(cpy)], base)
-                    c.pop("stdout", None)
-                    if dry_run:
-                        drop_caches() if cache == "cold" else None
-                        dries.append(float(timed([*cli, str(cpy), "--json", "--dry-run"], base, env)["s"]))  # type: ignore[arg-type]
+            for cache, mode, label, tree in ((c, m, lb, t) for c in caches for m in modes for lb, t in trees.items()):
+                env = {**os.environ, "PYTHONPATH": str(tree)}
+                for p in (cpy, out):
+                    shutil.rmtree(p, ignore_errors=True)
+                wait_for_space(base, 3 * size)  # the copy, then migrate's staging or output beside it
+                subprocess.run(["sync"], check=True)
+                if cache == "cold":
+                    dropped = drop_caches()
+                c = timed([*cp_cmd, str(src), str(cpy)], base)
+                c.pop("stdout", None)
+                if dry_run:
                     if cache == "cold":
                         drop_caches()
-                    cmd = [*cli, str(cpy), "--json"] if mode == "inplace" else [*cli, str(src), "--json", "--output", str(out)]
-                    m = timed(cmd, base, env)
-                    report = json.loads(str(m.pop("stdout")))
-                    assert report["ok"] and report["layout"] == "layout-2", report["findings"]
-                    step = report["steps"][0]
-                    m["seconds"] = step.get("seconds")
-                    m["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
-                    pair = {"cp_s": c["s"], "migrate_s": m["s"], "ratio": round(float(m["s"]) / float(c["s"]), 3),  # type: ignore[arg-type]
-                            "cp": c, "migrate": m}
-                    pairs.setdefault(f"{mode}/{cache}", []).append(pair)
-                    print(json.dumps({"point": tag, "mode": mode, "cache": cache, **pair}), file=sys.stderr, flush=True)
+                    dries.append(float(timed([*cli, str(cpy), "--json", "--dry-run"], base, env)["s"]))  # type: ignore[arg-type]
+                if cache == "cold":
+                    drop_caches()
+                cmd = [*cli, str(cpy), "--json"] if mode == "inplace" else [*cli, str(src), "--json", "--output", str(out)]
+                m = timed(cmd, base, env)
+                report = json.loads(str(m.pop("stdout")))
+                assert report["ok"] and report["layout"] == "layout-2", report["findings"]
+                step = report["steps"][0]
+                m["seconds"] = step.get("seconds")
+                m["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
+                pair = {"cp_s": c["s"], "migrate_s": m["s"], "ratio": round(float(m["s"]) / float(c["s"]), 3),  # type: ignore[arg-type]
+                        "cp": c, "migrate": m}
+                key = f"{mode}/{cache}" + (f"/{label}" if len(trees) > 1 else "")
+                pairs.setdefault(key, []).append(pair)
+                print(json.dumps({"point": tag, "key": key, **pair}), file=sys.stderr, flush=True)
     finally:
         for p in (cpy, out, src):
             shutil.rmtree(p, ignore_errors=True)
@@ -267,6 +270,8 @@ def main() -> int:
     ap.add_argument("--modes", default="inplace", help="inplace and/or output (migrate SRC --output DIR)")
     ap.add_argument("--caches", default="cold", help="cold (page cache dropped before each command) and/or warm")
     ap.add_argument("--dry-run", action="store_true", help="also time migrate --dry-run (the fixed cost)")
+    ap.add_argument("--before", type=Path, help="another clef-format tree (e.g. a git worktree of the commit before a "
+                                                 "change), run as its own pairs in the same rounds")
     args = ap.parse_args()
     if args.real_table:
         print(json.dumps(real_table(), indent=1))
@@ -281,7 +286,8 @@ def main() -> int:
             parts = [int(x) for x in item.split(":")]
             layers, vocab = parts[:2]
             r = point(base, layers, vocab, parts[2] if len(parts) > 2 else None, args.runs, args.cp.split(),
-                      args.modes.split(","), args.caches.split(","), args.dry_run)
+                      args.modes.split(","), args.caches.split(","), args.dry_run,
+                      {"this": ROOT, "before": args.before.resolve()} if args.before else None)
             results.append(r)
             print(json.dumps(r), flush=True)
     finally:
