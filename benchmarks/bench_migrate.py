@@ -59,6 +59,9 @@ def build(root: Path, layers: int, vocab: int, vision_depth: int | None = None) 
     text["layer_types"] = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)]
     if vision_depth is not None:
         config["vision_config"]["depth"] = vision_depth
+    if vocab < 248320:  # the special tokens' ids must lie below a reduced vocab (verify's config rule)
+        for i, key in enumerate(("vision_start_token_id", "vision_end_token_id", "image_token_id", "video_token_id")):
+            config[key] = vocab - 4 + i
     config["quantization_config"] = build_quant_config("hybrid", layers)
     write_json(root / "config.json", config)
     write_sparse(root / "model.safetensors", backbone_tensors(config, 0, sparse=True, with_tables=True), {"format": "pt"})
@@ -78,6 +81,8 @@ def build(root: Path, layers: int, vocab: int, vision_depth: int | None = None) 
                     block = torch.randn(r, hidden, generator=g) * (0.02 * torch.exp(0.3 * torch.randn(r, 1, generator=g)))
                     data = block.to(torch.bfloat16).view(torch.int16).numpy().tobytes()
                     os.pwrite(fd, data, at + r0 * hidden * 2)
+            elif info.numel == 1 and info.dtype in SCALAR_ONE:  # a global scale: positive and finite, as verify
+                os.pwrite(fd, SCALAR_ONE[info.dtype], at)     # requires (one value: fused shards agree)
             else:
                 left, pos = info.nbytes, at
                 while left:
@@ -89,6 +94,10 @@ def build(root: Path, layers: int, vocab: int, vision_depth: int | None = None) 
         os.close(fd)
         total += f.stat().st_size
     return total
+
+
+#: 1.0 in each float dtype a one-element scale tensor may have (little-endian bytes).
+SCALAR_ONE = {"F32": b"\x00\x00\x80\x3f", "BF16": b"\x80\x3f", "F16": b"\x00\x3c", "F64": b"\x00" * 6 + b"\xf0\x3f"}
 
 
 def drop_caches() -> bool:
