@@ -19,7 +19,7 @@ from typing import Any
 from clef_format.errors import CouldNotRun, MigrateRefused, NonFiniteRows, PathNotFound, Refused, UsageError
 from clef_format.migrate.apply import SourceChanged, run_plan
 from clef_format.migrate.crash import check_crash_env
-from clef_format.migrate.preflight import carried_by_link, preflight, survey
+from clef_format.migrate.preflight import carried_by_link, check_space, preflight, survey
 from clef_format.migrate.recovery import ANY_STEP, Action, carry_out
 from clef_format.migrate.swap import CleanupIncomplete, SwapFailed
 from clef_format.migrate.tree_state import TreeState, snapshot
@@ -209,13 +209,13 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
                 target = Target(target.path, target.path, True)  # a recovered output: go on from there
                 finished_output = True
             given = Given(entries=entries, journal=decided.journal if decided and decided.action is Action.RESUME
-                          else None)
+                          else None, preflighted=True)
             if decided is None and not finished_output and surveyed.state is not None and ck.root == target.source:
                 before = surveyed.state  # no interrupted run: nothing changed the tree since it was surveyed and read
             else:  # a recovery changed it, or the read named it by another path: read it again
                 before = snapshot(target.source, frozenset() if target.in_place else frozenset({".cache"}))
                 ck = read_checkpoint(target.source)  # read after its state was taken: a change since is seen
-                given = Given(journal=given.journal)
+                given = Given(journal=given.journal)  # surveyed and preflighted again, as a new source
             _run_steps(ck, target, opts, report, display, progress, before, given)
             if finished_output and not report.extra["steps"] and note:
                 report.extra["message"] = (f"{note}: --output {target.path} holds the {report.layout} result; "
@@ -234,11 +234,13 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
 
 @dataclass
 class Given:
-    """What the first step of a run is given rather than reading again: the source's survey (taken since
-    its state) and the journal read under the lock after any recovery (None: no workspace is left)."""
+    """What the first step of a run is given rather than reading or checking again: the source's survey
+    (taken since its state), the journal read under the lock after any recovery (None: no workspace is
+    left) and whether the target's preflight is done."""
 
     entries: list[str] | None = None
     journal: Journal | None = None
+    preflighted: bool = False  # the target's preflight (all but the space, which needs the plan) is done
 
 
 def _nothing_to_do(ck: Checkpoint, target: Target, opts: Options) -> bool:
@@ -424,9 +426,12 @@ def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraf
         plan = edge.plan(ck)
         _refuse_blocking(ck, plan, display, edge, downloaded=first, in_place=target.in_place)
         first = False
-        problems = preflight(target, plan, ck.hf_snapshot, check_lock=False)
-        if problems:
-            raise problems[0]
+        if given.preflighted:  # the target was preflighted before the lock, and nothing changed it since
+            check_space(plan, target, ck.hf_snapshot)
+        else:
+            problems = preflight(target, plan, ck.hf_snapshot, check_lock=False)
+            if problems:
+                raise problems[0]
         by_link = carried_by_link(target, ck.hf_snapshot)
         step: dict[str, Any] = {"plan": plan.to_dict(by_link)}
         try:
