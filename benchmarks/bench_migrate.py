@@ -6,7 +6,8 @@
 Each point of the series (``layers:vocab[:vision_depth]``; 32:248320 is the full 9B shape: two
 248320 x 4096 BF16 tables, the full quantized backbone, the 27-block vision tower) builds the
 full-size fixture headers, fills every tensor with real data (tables: Gaussian rows with a
-log-normal per-row scale; other tensors: random bytes), then ``--runs`` rounds; in each, for every
+log-normal per-row scale: 8192 Gaussian rows drawn once, each block of rows rescaled; other tensors:
+random bytes, one-element scales 1.0), then ``--runs`` rounds; in each, for every
 cache state (``cold``: ``sync`` and the page cache dropped before each command, where permitted;
 ``warm``: not) and mode, back to back:
 
@@ -43,7 +44,6 @@ def build(root: Path, layers: int, vocab: int, vision_depth: int | None = None) 
     """Full-size-shaped layout-1 with ``layers`` layers, ``vocab`` rows per table (and ``vision_depth``
     vision blocks, default the real 27); returns bytes on disk."""
     import numpy as np
-    import torch
 
     from clef_format.fixtures.builders import backbone_tensors, build_checkpoint, write_json
     from clef_format.fixtures.configs import full_config
@@ -67,7 +67,9 @@ def build(root: Path, layers: int, vocab: int, vision_depth: int | None = None) 
     write_sparse(root / "model.safetensors", backbone_tensors(config, 0, sparse=True, with_tables=True), {"format": "pt"})
     rng = np.random.default_rng(0)
     pool = rng.bytes(64 << 20)
-    g = torch.Generator().manual_seed(0)
+    from clef_format.quant.int8_numpy import f32_to_bf16
+
+    base: np.ndarray | None = None  # Gaussian rows, drawn once; each block rescales them row by row
     total = 0
     for f in sorted(root.rglob("*.safetensors")):
         h = read_header(f)
@@ -78,8 +80,10 @@ def build(root: Path, layers: int, vocab: int, vision_depth: int | None = None) 
                 rows, hidden = info.shape
                 for r0 in range(0, rows, 8192):
                     r = min(8192, rows - r0)
-                    block = torch.randn(r, hidden, generator=g) * (0.02 * torch.exp(0.3 * torch.randn(r, 1, generator=g)))
-                    data = block.to(torch.bfloat16).view(torch.int16).numpy().tobytes()
+                    if base is None or base.shape[1] != hidden:
+                        base = rng.standard_normal((8192, hidden), dtype=np.float32)
+                    scale = (0.02 * np.exp(0.3 * rng.standard_normal((r, 1)))).astype(np.float32)
+                    data = f32_to_bf16(base[:r] * scale).tobytes()  # BF16 as a checkpoint stores it
                     os.pwrite(fd, data, at + r0 * hidden * 2)
             elif info.numel == 1 and info.dtype in SCALAR_ONE:  # a global scale: positive and finite, as verify
                 os.pwrite(fd, SCALAR_ONE[info.dtype], at)     # requires (one value: fused shards agree)
