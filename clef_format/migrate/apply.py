@@ -142,6 +142,19 @@ class SourceChanged(MigrateRefused):
         self.changes = what
 
 
+def _refuse_if_changed(before: TreeState, ck: Checkpoint, target: Target, exc: OSError) -> None:
+    """After ``exc``: raise ``SourceChanged`` when the source is no longer what ``before`` recorded (the
+    failure came from the change: say that, not an I/O error); return when it is, or cannot be read
+    again (the caller raises ``exc``: the first failure says why). Every ctime is ignored: the files
+    linked before the failure are not known."""
+    try:
+        changed = changes(before, source_state(ck, target), frozenset(before.entries))
+    except OSError:
+        return
+    if changed:
+        raise SourceChanged(ck.root, changed) from exc
+
+
 def source_state(ck: Checkpoint, target: Target) -> TreeState:
     """The state the step is planned from: taken before the checkpoint is read for the plan."""
     return snapshot(ck.root, frozenset() if target.in_place else frozenset({".cache"}))
@@ -163,7 +176,11 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
     before = before or source_state(ck, target)
     if entries is None:
         entries = survey_source(ck.root, target.in_place)  # proves every entry can be carried, before any write
-    fp = fingerprint(ck)
+    try:
+        fp = fingerprint(ck)
+    except OSError as exc:  # a file gone since the survey (taken before the lock): the source changed
+        _refuse_if_changed(before, ck, target, exc)
+        raise
     if isinstance(journal, NotRead):
         journal = read_journal(target)
     if not (journal and journal.phase is Phase.STAGING and journal.fingerprint == fp
@@ -231,12 +248,7 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
     except BaseException as exc:
         _roll_back(target, exc)  # nothing outside the workspace was touched
         if isinstance(exc, OSError):  # a file gone or changed under the staging: say that, not an I/O error
-            try:  # every ctime ignored: the files linked before the failure are not known
-                changed = changes(before, source_state(ck, target), frozenset(before.entries))
-            except OSError:
-                raise exc from None  # the source cannot be read again: the first failure says why
-            if changed:
-                raise SourceChanged(ck.root, changed) from exc
+            _refuse_if_changed(before, ck, target, exc)
         raise
     t2 = time.perf_counter()
 
