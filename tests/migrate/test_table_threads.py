@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from clef_format.migrate import table_stream
-from clef_format.quant import int8_numpy as N
+from clef_format.quant import int8 as N
 
 ROOT = Path(__file__).resolve().parents[2]
 ROWS, HIDDEN, LEAD = 701, 96, 40
