@@ -84,8 +84,9 @@ def check_checkpoint(source: CheckpointSource, plugin_version: str, vllm_version
     each table against the digest its file records, the tokenizer files' JSON), then every backbone
     scale tensor decoded (``verify --deep``'s ``nonfinite-scale`` / ``scale-range``). No torch: the
     tables and the scales are streamed once (costs: benchmarks/RESULTS.md).
-    ``check_references``: also hash every file against its download reference (``hash-mismatch``). Raises ``PathNotFound`` when the checkpoint does not exist, ``UsageError`` (the
-    error of a bad argument) for a ``vllm_version`` that names no vLLM version clef-format has rules for.
+    ``check_references``: also hash every file against its download reference (``hash-mismatch``).
+    Raises ``PathNotFound`` when the checkpoint does not exist, ``UsageError`` (the error of a bad
+    argument) for a ``vllm_version`` that names no vLLM version clef-format has rules for.
     """
     from clef_format.read.checkpoint import open_checkpoint
     from clef_format.spec.marker import MarkerError, read_marker

@@ -341,9 +341,9 @@ def _class_name_finding(model: VllmModel, target: str, mapped: str) -> Finding:
     return Finding(
         "pattern-class-name", "warning",
         f"target '{target}' matches vLLM layers only by their class name ({', '.join(classes)}: {summarize(hits)}), "
-        "and vLLM quantizes those it does not ignore; compressed-tensors matches a class name only when it is exactly the module's class "
-        "and a re: pattern only against module names, so for the quantizer and transformers this target matches no "
-        "module (transformers would load these layers unquantized)",
+        "and vLLM quantizes those it does not ignore; compressed-tensors matches a class name only when it is exactly "
+        "the module's class and a re: pattern only against module names, so for the quantizer and transformers this "
+        "target matches no module (transformers would load these layers unquantized)",
         file=CONFIG_FILE, module=hits[0],
         fix=f"use '{fixed}' instead of '{target}'" if fixed else "rewrite the target against module names "
         "(`clef-format layers PATH` lists vLLM's)")

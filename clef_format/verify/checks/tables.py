@@ -120,7 +120,8 @@ def check_tables(ck: Checkpoint) -> Iterator[Finding]:
             yield error("table-shape", f"{L.TABLES} lacks {name}", file=L.TABLES, tensor=name, fix=_FIX)
         elif info.dtype != dtype or info.shape != shape:
             yield error("table-shape",
-                        f"{name} is {info.dtype}{list(info.shape)}, expected {dtype}{list(shape)} (vocab {vocab}, hidden {hidden})",
+                        f"{name} is {info.dtype}{list(info.shape)}, expected {dtype}{list(shape)} "
+                        f"(vocab {vocab}, hidden {hidden})",
                         file=L.TABLES, tensor=name, fix=_FIX)
     for name in sorted(set(header.tensors) - set(expected)):
         yield warning("table-shape", f"{L.TABLES} holds {name}, which the format does not define: the plugin reads "
