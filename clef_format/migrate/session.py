@@ -350,6 +350,7 @@ def _refuse_unproven_replacements(ck: Checkpoint, plan: Plan, display: str, edge
 def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft) -> ReportDraft:
     from clef_format.migrate.recovery import pending_recovery
 
+    assert report.path is not None  # migrate's report always names the PATH it was given
     _refuse_another_source(target, report.path)
     will = pending_recovery(target, ck, abort=opts.abort, wanted=_first_step(target, opts.to))
     report.extra["recovery"] = will

@@ -13,7 +13,7 @@ import errno
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterator
+from typing import Iterator, cast
 
 from clef_format.migrate.fileio import Tick, copy_range, write_all, write_all_at
 from clef_format.migrate.plan import (
@@ -124,14 +124,14 @@ def _write_safetensors(out: Safetensors, src_root: str, fd: int, tick: Tick, dst
         src.fd(rel)  # opened here, before the worker threads share the table
     scales: dict = {}
     quality: dict = {}
-    deferred = []
+    deferred: list[tuple[TensorOut, int]] = []
 
     def one(kind: str, item: object, at: int) -> None:
         if kind == "copy":
-            rel, offset, nbytes = item  # type: ignore[misc]
+            rel, offset, nbytes = cast("tuple[str, int, int]", item)
             copy_range(src.fd(rel), fd, offset, nbytes, tick, at)
             return
-        s = item.source  # type: ignore[attr-defined]
+        s = cast(TensorOut, item).source
         if isinstance(s, QuantValues):
             _quantize(src, s, fd, at, tick, scales, quality)
         elif isinstance(s, Decoded):
@@ -142,7 +142,7 @@ def _write_safetensors(out: Safetensors, src_root: str, fd: int, tick: Tick, dst
     try:
         jobs = []
         for kind, item, at in _merged(out.tensors, len(header)):
-            if kind == "tensor" and isinstance(item.source, QuantScales):  # type: ignore[attr-defined]
+            if kind == "tensor" and isinstance(item, TensorOut) and isinstance(item.source, QuantScales):
                 deferred.append((item, at))
             else:
                 jobs.append((kind, item, at))
@@ -150,7 +150,7 @@ def _write_safetensors(out: Safetensors, src_root: str, fd: int, tick: Tick, dst
         with ThreadPoolExecutor(max_workers=2) as pool:
             wait_all([pool.submit(one, *job) for job in jobs])
         for t, at in deferred:
-            data = scales[t.source.table]  # numpy F32 [rows, 1], contiguous
+            data = scales[cast(QuantScales, t.source).table]  # numpy F32 [rows, 1], contiguous
             write_all_at(fd, data.data, at)
             tick(data.nbytes)
     finally:
