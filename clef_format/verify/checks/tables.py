@@ -70,7 +70,7 @@ def table_content_findings(ck: Checkpoint) -> list[Finding]:
         info = ck.backbone.get(table)
         rel = ck.tensor_file.get(table)
         hdr = ck.headers.get(rel) if rel else None
-        if info is None or hdr is None or info.dtype not in TF.FLOAT_TABLE_DTYPES:
+        if info is None or rel is None or hdr is None or info.dtype not in TF.FLOAT_TABLE_DTYPES:
             continue
         width = 4 if info.dtype == "F32" else 2
         with open(ck.path(rel), "rb") as fh:
