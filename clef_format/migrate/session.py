@@ -376,6 +376,7 @@ def _refuse_unproven_replacements(ck: Checkpoint, plan: Plan, display: str, edge
 def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft) -> ReportDraft:
     from clef_format.migrate.recovery import pending_recovery
 
+    assert report.path is not None  # migrate's report always names the PATH it was given
     journal = read_journal(target)
     _refuse_another_source(target, report.path, journal)
     will = pending_recovery(target, ck, abort=opts.abort, wanted=_first_step(journal, opts.to), journal=journal)
