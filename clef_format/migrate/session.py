@@ -474,7 +474,7 @@ def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraf
         given = Given()  # the next step's tree is this step's result: surveyed by that step, no journal left
         from clef_format import migrations
 
-        if final is not None and migrations.path(final.layout, opts.to) == []:
+        if final is not None and final.layout is not None and migrations.path(final.layout, opts.to) == []:
             break  # the result is at opts.to (its verify said so): nothing to plan, nothing to read again
         try:  # the state the next step (if any) is planned from; failing here, that step takes its own
             before = snapshot(target.path)
