@@ -4,7 +4,7 @@ equal to transformers on the decoded tables, within the int8 error of the BF16 o
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from typing import Callable
 
 import pytest
 import torch
