@@ -82,7 +82,7 @@ def _check_carried(entries: list[str], plan: Plan, target: Target) -> dict[str, 
 
 
 def _walk_entries(root: str) -> Any:
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, dirnames, filenames in fsutil.tree_walk(root):
         for name in dirnames + filenames:
             yield os.path.join(dirpath, name)
 
@@ -224,7 +224,9 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
         try:
             now = source_state(ck, target)
         except OSError as exc:  # an entry gone, or no longer readable: not the tree that was staged
-            where = os.path.relpath(exc.filename, ck.root) if exc.filename else "."
+            where = fsutil.short_rel(os.path.relpath(exc.filename, ck.root)) if exc.filename else "."
+            if isinstance(exc, fsutil.TreeTooDeep):
+                raise SourceChanged(ck.root, [f"{exc.strerror} now"]) from None
             raise SourceChanged(ck.root, [f"{where} cannot be read again ({exc.strerror or exc})"]) from None
         changed = changes(before, now, linked)
         if changed:

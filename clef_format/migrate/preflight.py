@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
@@ -44,13 +45,28 @@ def survey_source(root: str, in_place: bool) -> list[str]:
     fix = "make it readable (chmod / chown), or run as a user who can read the whole checkpoint"
     me = os.geteuid()
 
-    def walk(dirpath: str, rel_dir: str) -> None:
+    from clef_format.migrate.fsutil import short_rel
+    from clef_format.read.walk import MAX_DEPTH
+
+    stack = [(root, "", 0)]  # iterative, depth-limited as the reader: never a RecursionError
+    while stack:
+        dirpath, rel_dir, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise MigrateRefused(f"{short_rel(rel_dir)} nests more than {MAX_DEPTH} folders deep (tree-too-deep): "
+                                 "migrate carries no folder below that; nothing was written",
+                                 f"remove the deeply nested folders under {rel_dir.split('/', 1)[0]}, then run "
+                                 "migrate again")
         try:
             with os.scandir(dirpath) as it:
                 items = sorted(it, key=lambda e: e.name)
         except OSError as exc:
-            raise CouldNotRun(f"{rel_dir or '.'} cannot be listed: {exc.strerror or exc}; nothing was written",
-                              fix=fix) from None
+            if exc.errno == errno.ENAMETOOLONG:
+                raise MigrateRefused(f"{short_rel(rel_dir)} has a path longer than this system opens "
+                                     f"({len(dirpath)} bytes; PATH_MAX is 4096): migrate cannot carry it; nothing "
+                                     "was written", f"shorten the folder names under {rel_dir.split('/', 1)[0][:100]}, "
+                                     "then run migrate again") from None
+            raise CouldNotRun(f"{short_rel(rel_dir or '.')} cannot be listed: {exc.strerror or exc}; nothing was "
+                              "written", fix=fix) from None
         if in_place and rel_dir and not os.access(dirpath, os.W_OK | os.X_OK):
             try:
                 owner = os.lstat(dirpath).st_uid
@@ -60,6 +76,7 @@ def survey_source(root: str, in_place: bool) -> list[str]:
                 raise MigrateRefused(f"{rel_dir} is not writable by this user (owner uid {owner}): after "
                                      "the swap the old copy of it could not be removed; nothing was written",
                   "make it writable (chown / chmod), or use --output DIR") from None
+        dirs: list[tuple[str, str, int]] = []
         for item in items:
             rel = f"{rel_dir}/{item.name}" if rel_dir else item.name
             if not in_place and not rel_dir and item.name == ".cache":
@@ -67,24 +84,24 @@ def survey_source(root: str, in_place: bool) -> list[str]:
             try:
                 st = os.lstat(item.path)
             except OSError as exc:
-                raise CouldNotRun(f"{rel} cannot be read: {exc.strerror or exc}; nothing was written", fix=fix) from None
+                raise CouldNotRun(f"{short_rel(rel)} cannot be read: {exc.strerror or exc}; nothing was written",
+                                  fix=fix) from None
             entries.append(rel)
             if stat.S_ISDIR(st.st_mode):
-                walk(item.path, rel)
+                dirs.append((item.path, rel, depth + 1))
             elif stat.S_ISREG(st.st_mode):
                 try:
                     os.close(os.open(item.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW))
                 except OSError as exc:
-                    raise CouldNotRun(f"{rel} cannot be read: {exc.strerror or exc}; nothing was written",
-                                      fix=fix) from None
+                    raise CouldNotRun(f"{short_rel(rel)} cannot be read: {exc.strerror or exc}; nothing was "
+                                      "written", fix=fix) from None
             elif not stat.S_ISLNK(st.st_mode):
                 kind = next((name for test, name in _SPECIAL if test(st.st_mode)), "a special file")
                 raise MigrateRefused(f"{rel} is {kind}: migrate carries only regular files, folders and "
                                      "symlinks, and never reads or drops anything else; nothing was written",
                   f"move {rel} out of the checkpoint, then run migrate again")
-
-    walk(root, "")
-    return entries
+        stack.extend(reversed(dirs))
+    return sorted(entries)
 
 
 def _lock_held(target: Target) -> bool:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 import stat
 from dataclasses import dataclass, field
 from enum import Enum
@@ -80,7 +79,12 @@ def foreign_entries(ws: str) -> list[str]:
     def unlistable(exc: OSError) -> None:  # never delete what could not be looked at
         out.append(f"{os.path.relpath(exc.filename, ws) if exc.filename else '.'} (cannot be listed: {exc.strerror})")
 
-    for dirpath, dirnames, filenames in os.walk(ws, onerror=unlistable):
+    from clef_format.read.walk import walk
+
+    def too_deep(path: str) -> None:  # nothing a run leaves nests that deep: someone's, never deleted
+        out.append(f"{fsutil.short_rel(os.path.relpath(path, ws))} (nested too deep to be looked at)")
+
+    for dirpath, dirnames, filenames in walk(ws, onerror=unlistable, too_deep=too_deep):
         for name in filenames:
             rel = os.path.relpath(os.path.join(dirpath, name), ws)
             if rel != "journal.json.tmp":
@@ -321,45 +325,11 @@ def fingerprint(ck: Checkpoint) -> dict[str, list[int]]:
     return out
 
 
-def _refuse_mounts(path: str) -> None:
-    """Never delete through a mount: a filesystem (or bind mount) mounted at or below ``path`` holds
-    someone else's files, which ``rmtree`` would empty before failing on the mount point itself."""
-    from clef_format.migrate.tree_state import is_mount_point, mount_points
-
-    if os.path.islink(path) or not os.path.isdir(path):
-        return
-    inner = ["."] if is_mount_point(path) else mount_points(path)
-    if inner:
-        raise OSError(errno.EBUSY, f"{os.path.join(path, inner[0]) if inner[0] != '.' else path} is a mount point: "
-                                   "nothing below it is deleted (unmount it, then run again)", path)
-
-
 def _rmtree(path: str) -> None:
-    """Delete a tree migrate made (workspace, old tree). A folder without write or search permission
-    is opened up first (it is ours to delete); anything that still cannot go raises ``OSError``."""
-    if not os.path.lexists(path):
-        return
-    _refuse_mounts(path)
-    failed: list[BaseException] = []
+    """Delete a tree migrate made (workspace, old tree): iterative and by folder handles, so any depth and
+    any path length; never below a mount point nor through a symlink (``migrate.remove``). A folder
+    without write or search permission is opened up first (it is ours to delete); anything that still
+    cannot go raises ``OSError``."""
+    from clef_format.migrate.remove import remove_tree
 
-    def onexc(func: Any, p: str, exc: Any) -> None:
-        err = exc[1] if isinstance(exc, tuple) else exc
-        if func in (os.rmdir, os.unlink, os.remove) or func is os.lstat:
-            target = os.path.dirname(p)
-        else:  # os.open / os.scandir of the folder itself could not list it
-            target = p
-        try:
-            if not os.path.islink(target):
-                os.chmod(target, 0o700)
-        except OSError:
-            failed.append(err)
-
-    for _ in range(3):
-        failed.clear()
-        shutil.rmtree(path, onerror=onexc)
-        if not os.path.lexists(path):
-            return
-    err = failed[0] if failed else None
-    if isinstance(err, OSError):
-        raise OSError(err.errno, f"cannot delete {path}: {err.strerror}", err.filename)
-    raise OSError(errno.ENOTEMPTY, f"cannot delete {path}", path)
+    remove_tree(path)

@@ -63,7 +63,25 @@ def write_all_at(fd: int, data: "memoryview | bytes", offset: int) -> None:
 
 
 def copy_range(src_fd: int, dst_fd: int, offset: int, nbytes: int, tick: Tick, dst_offset: int = 0) -> None:
-    """Copy ``nbytes`` from ``offset`` of src to ``dst_offset`` of dst."""
+    """Copy ``nbytes`` from ``offset`` of src to ``dst_offset`` of dst, a range of a new file (it reads
+    as zeros): only the source's data extents are copied, so a hole stays a hole (``fsutil.data_extents``).
+    The caller gives the file its full size (a hole at its end is not written)."""
+    from clef_format.migrate.fsutil import data_extents
+
+    have = os.fstat(src_fd).st_size
+    if offset + nbytes > have:  # never read a missing tail as a hole
+        raise OSError(errno.EIO, f"source ended {offset + nbytes - have} bytes early")
+    at = offset
+    for start, length in data_extents(src_fd, offset, offset + nbytes):
+        if start > at:
+            tick(start - at)  # a hole: nothing to copy, counted as done
+        _copy_data(src_fd, dst_fd, start, length, tick, dst_offset + start - offset)
+        at = start + length
+    if offset + nbytes > at:
+        tick(offset + nbytes - at)
+
+
+def _copy_data(src_fd: int, dst_fd: int, offset: int, nbytes: int, tick: Tick, dst_offset: int) -> None:
     use_cfr = hasattr(os, "copy_file_range")
     _advise(src_fd, offset, nbytes, "POSIX_FADV_SEQUENTIAL")  # larger kernel read-ahead for the long run
     done = 0
@@ -254,6 +272,13 @@ def write_output(out: OutFile, src_root: str, dst_path: str, tick: Tick) -> dict
             write_all(fd, out.text())
         elif isinstance(out, IndexFile):
             write_all(fd, _write_index(out, src_root))
+        if isinstance(out, Safetensors) and os.fstat(fd).st_size < out.size:
+            os.ftruncate(fd, out.size)  # the last tensor ends in a hole: the size, without writing it
+        predecessor = os.path.join(src_root, *out.rel.split("/"))
+        if os.path.lexists(predecessor):  # what the user set on the file it replaces
+            from clef_format.migrate.fsutil import sync_xattrs
+
+            sync_xattrs(predecessor, fd)
         os.fchmod(fd, mode)
         os.fsync(fd)
     finally:
