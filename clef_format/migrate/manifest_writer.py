@@ -56,9 +56,12 @@ def writer_lock(root: str, code: str = "manifest-refused",
     ``Refused`` (``code``, with ``fix``) while a migrate runs. Where the folder beside ``root`` is not
     writable no lock file can be made, and no migrate can run in place there either: nothing to hold."""
     from clef_format.migrate.preflight import _lock_held
-    from clef_format.migrate.workspace import Lock, make_target
+    from clef_format.migrate.workspace import Lock, make_target, name_too_long
 
     target = make_target(root, None)
+    if name_too_long(target):  # no lock can be named beside it, so no migrate can run on it: nothing to hold
+        yield
+        return
     if not os.access(target.parent, os.W_OK | os.X_OK):
         if _lock_held(target):
             raise Refused(code, f"a clef-format migrate is working on {root}; nothing was written", fix)

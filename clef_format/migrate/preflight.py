@@ -123,10 +123,15 @@ def _lock_held(target: Target) -> bool:
 def preflight(target: Target, plan: Plan | None, snapshot: bool, check_lock: bool) -> list[MigrateRefused]:
     """Why the write would fail, found before it starts: read-only places, a target that cannot be
     swapped by rename (a mount point, another filesystem), a lock held, not enough space."""
+    from clef_format.migrate.workspace import name_too_long
+
     out: list[MigrateRefused] = []
     parent = target.parent
     if not os.path.isdir(parent):
         return [MigrateRefused(f"{parent} does not exist", "create the parent folder of --output first")]
+    too_long = name_too_long(target)
+    if too_long:
+        return [too_long]
     exists = os.path.lexists(target.path)
     use_output = "use --output DIR (a new folder) on a writable disk"
     try:

@@ -48,8 +48,8 @@ def remove_tree(path: str) -> None:
             _pass(path, real, table, delete=True)
             os.rmdir(path)
             return
-        except MountInside:
-            raise
+        except MountInside as exc:
+            raise MountInside(exc.errno, exc.strerror, path) from None  # named by the tree asked for
         except FileNotFoundError:
             if not os.path.lexists(path):
                 return

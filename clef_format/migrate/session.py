@@ -143,7 +143,12 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
         from clef_format.verify.checks.layout import check_layout
 
         report.findings.extend(check_layout(ck))  # what the layout means for serving, as verify says it
-        if journal and journal.in_place is False:  # PATH is the output of an interrupted --output run
+        from clef_format.migrate.workspace import lock_holder
+
+        holder = lock_holder(target)
+        if holder is not None:  # not interrupted: running now (it holds its lock), so nothing to resume or abort
+            report.extra["message"] = pending.running_message(target, journal, display, holder)
+        elif journal and journal.in_place is False:  # PATH is the output of an interrupted --output run
             report.extra["message"] = (f"an interrupted migrate into {display} waits ({pending.what(target, journal)}): "
                                        f"{pending.resume_fix(target, journal, display)}")
         elif journal:
@@ -154,7 +159,7 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
             report.extra["message"] = (f"an interrupted migrate waits ({pending.what(target, journal)}): clef-format "
                                        f"migrate {display} --to {journal.to_layout}: {will}; clef-format migrate "
                                        f"{display} --abort: {back}")
-        if journal is None and (os.path.lexists(target.ws) or os.path.lexists(target.lock_path)):
+        if holder is None and journal is None and (os.path.lexists(target.ws) or os.path.lexists(target.lock_path)):
             report.extra["message"] = pending.litter_message(target, display)
         outputs = pending.outputs_beside(target.source) if target.in_place else []
         if outputs:  # an --output run from this checkpoint, interrupted, with its workspace in the same folder

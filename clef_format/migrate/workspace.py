@@ -95,6 +95,45 @@ def foreign_entries(ws: str) -> list[str]:
     return sorted(out)
 
 
+def name_too_long(target: Target) -> MigrateRefused | None:
+    """The workspace and lock names beside ``T`` (``.T.clef-migrate.lock``: ``T`` plus 19 bytes) must fit the
+    filesystem's name limit (255 bytes on ext4, xfs, btrfs, tmpfs). A folder named near the limit has no
+    room for them: said as that, never as a lock file in the way (there is none)."""
+    name = os.path.basename(target.lock_path)
+    try:
+        limit = os.pathconf(target.parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    if len(os.fsencode(name)) <= limit:
+        return None
+    room = limit - (len(os.fsencode(name)) - len(os.fsencode(os.path.basename(target.path))))
+    what = "the checkpoint's folder name" if target.in_place else "the --output name"
+    return MigrateRefused(f"{what} is {len(os.fsencode(os.path.basename(target.path)))} bytes long: migrate keeps its "
+                          f"workspace and lock beside it as .NAME{_LOCK_SUFFIX}, which would pass this filesystem's "
+                          f"limit of {limit} bytes per name; nothing was written",
+                          f"rename the folder to a name of at most {room} bytes, then run migrate again"
+                          if target.in_place else f"pick an --output whose name is at most {room} bytes")
+
+
+def lock_holder(target: Target) -> str | None:
+    """The pid a running migrate (or another writer of this tool) wrote in the lock it holds on ``target``;
+    None when no process holds it (no lock, or a killed run's: the kernel released it)."""
+    try:
+        fd = os.open(target.lock_path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        import fcntl
+
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return None
+        except OSError:
+            return os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+    finally:
+        os.close(fd)
+
+
 def foreign_lock(path: str) -> str | None:
     """Why what lies at a lock path is not a lock migrate may take (None: nothing there, or a lock file).
     A lock migrate wrote is a regular file holding a pid; a symlink is never followed (it could lead to
@@ -150,6 +189,9 @@ class Lock:
         from clef_format.read.hf_cache import cache_area
 
         path = self.target.lock_path
+        too_long = name_too_long(self.target)
+        if too_long:
+            raise too_long
         area = cache_area(path)
         if area:
             raise MigrateRefused(f"{path} would lie inside a Hugging Face cache ({area}), which is never "
