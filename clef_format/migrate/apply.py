@@ -231,6 +231,9 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
         changed = changes(before, now, linked)
         if changed:
             raise SourceChanged(ck.root, changed)
+        written = fsutil.output_written(target)
+        if written:  # the --output was made or filled meanwhile: the exchange would move that into the workspace
+            raise SourceChanged(target.path, written)
 
     _swap(target, journal, recheck)
     t3 = time.perf_counter()

@@ -288,6 +288,19 @@ def short_rel(rel: str) -> str:
     return rel if len(rel) <= 200 and rel.count("/") < 8 else f"{rel.split('/', 1)[0][:100]}/..."
 
 
+def output_written(target: "object") -> list[str]:
+    """What an ``--output`` holds that the run did not put there, checked under the lock just before the
+    exchange: it was absent or empty when the run began (else refused), so anything in it now is
+    someone's, and the exchange would move it into the workspace to be deleted. Empty: nothing."""
+    path = getattr(target, "path")
+    if getattr(target, "in_place") or not os.path.lexists(path):
+        return []
+    if os.path.islink(path) or not os.path.isdir(path):
+        return [f"{path} was created meanwhile (not a folder)"]
+    names = sorted(os.listdir(path))
+    return [f"{name} was created in the --output" for name in names]
+
+
 def finish_tree(src_root: str, dst_root: str) -> None:
     """Give the new tree's directories the source's permission bits, and fsync every one of them."""
     folders = [dirpath for dirpath, _, _ in tree_walk(dst_root)]
