@@ -213,6 +213,8 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
         if isinstance(exc, OSError):  # a file gone or changed under the staging: say that, not an I/O error
             try:  # every ctime ignored: the files linked before the failure are not known
                 changed = changes(before, source_state(ck, target), frozenset(before.entries))
+            except fsutil.TreeTooDeep as deep:  # a folder nested past the limit appeared meanwhile
+                raise SourceChanged(ck.root, [f"{deep.strerror} now"]) from None
             except OSError:
                 raise exc from None  # the source cannot be read again: the first failure says why
             if changed:

@@ -15,6 +15,7 @@ from typing import Any
 from clef_format.errors import CouldNotRun, MigrateRefused, NonFiniteRows, PathNotFound, Refused, UsageError
 from clef_format.migrate.apply import SourceChanged, run_plan
 from clef_format.migrate.crash import check_crash_env
+from clef_format.migrate.fsutil import TreeTooDeep
 from clef_format.migrate.preflight import carried_by_link, preflight, survey_source
 from clef_format.migrate.recovery import ANY_STEP, recover
 from clef_format.migrate.swap import CleanupIncomplete, SwapFailed
@@ -202,7 +203,12 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
             if not target.in_place and os.path.isdir(target.path) and os.listdir(target.path):
                 target = Target(target.path, target.path, True)  # a recovered output: go on from there
                 finished_output = True
-            before = snapshot(target.source, frozenset() if target.in_place else frozenset({".cache"}))
+            try:
+                before = snapshot(target.source, frozenset() if target.in_place else frozenset({".cache"}))
+            except TreeTooDeep as exc:  # nested past the limit since the survey: refused as the survey does
+                raise MigrateRefused(f"{exc.strerror} (tree-too-deep): migrate carries no folder below that; "
+                                     "nothing was written", "remove the deeply nested folders, then run migrate "
+                                     "again") from None
             ck = read_checkpoint(target.source)  # read after its state was taken: a change since is seen
             _run_steps(ck, target, opts, report, display, progress, before)
             if finished_output and not report.extra["steps"] and note:

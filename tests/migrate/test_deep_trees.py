@@ -68,6 +68,19 @@ def remove(path: Path) -> None:
     subprocess.run(["rm", "-rf", "--one-file-system", str(path)], check=True)
 
 
+@pytest.fixture(autouse=True)
+def _no_deep_tree_left(tmp_path: Path):
+    """Whatever happens, no deep tree stays behind: pytest's own cleanup of old temp folders
+    (``shutil.rmtree``) would raise RecursionError on it in a later session."""
+    yield
+    with open("/proc/self/mountinfo") as fh:
+        points = [line.split(" ")[4] for line in fh]
+    for p in sorted((p for p in points if p.startswith(str(tmp_path))), key=len, reverse=True):
+        subprocess.run(["umount", "-l", p], capture_output=True)
+    for entry in tmp_path.iterdir():
+        remove(entry)
+
+
 def test_the_deep_tree_is_deeper_than_the_recursion_limit() -> None:
     assert DEEP > sys.getrecursionlimit() and LONG_LEVELS * (len(LONG_NAME) + 1) > os.pathconf("/", "PC_PATH_MAX")
 
