@@ -27,12 +27,14 @@ def write_manifest(root: str, manifest: dict[str, Any]) -> str:
     """Write atomically (temp file, fsync, rename) so a crash never leaves half a manifest."""
     if in_hf_cache(root):
         raise Refused("manifest-refused", f"{root} is inside a Hugging Face cache, which clef-format never writes to")
-    from clef_format.migrate.fsutil import fsync_dir, mode_for
+    from clef_format.migrate.fsutil import fsync_dir, mode_for, sync_xattrs
 
     target = os.path.join(root, MANIFEST_NAME)
     mode = mode_for(target)
     fd, tmp = tempfile.mkstemp(prefix=".clef_manifest.", suffix=".tmp", dir=root)
     try:
+        if os.path.isfile(target) and not os.path.islink(target):
+            sync_xattrs(target, fd)  # the manifest it replaces keeps its xattrs and ACL
         os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(manifest, fh, indent=1, sort_keys=True)

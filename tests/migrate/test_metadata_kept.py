@@ -153,3 +153,16 @@ def test_xattrs_and_acls_of_rewritten_and_carried_files_and_folders_are_kept(sou
     if where == "in-place":  # a new file of the step takes what its folder passes on, as any new file there
         tables = result / "clef_head" / "tables_int8.safetensors"
         assert "user.origin" not in _attrs(tables)
+
+
+def test_a_rewritten_manifest_keeps_its_xattrs_and_acl(source: Path) -> None:
+    from clef_format.migrate.manifest_writer import make_manifest
+
+    assert make_manifest(str(source)).ok
+    manifest = source / "clef_manifest.json"
+    _can_xattr(manifest, "user.origin", b"signed-off")
+    _can_xattr(manifest, "system.posix_acl_access", ACCESS_ACL)
+    before = _attrs(manifest)
+    (source / "notes.txt").write_bytes(b"edited\n")
+    assert make_manifest(str(source), force=True).ok and _attrs(manifest) == before  # the edit, recorded on purpose
+
