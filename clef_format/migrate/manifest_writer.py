@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from clef_format.errors import CouldNotRun, Refused
+from clef_format.migrate.crash import crashpoint
 from clef_format.progress import NO_PROGRESS, Progress
 from clef_format.read.checkpoint import open_checkpoint
 from clef_format.read.hashing import HashTask, hash_many
@@ -94,14 +95,38 @@ def make_manifest(path: str, force: bool = False, progress: Progress | None = No
             fix=f"clef-format verify {path} --deep already checks it against the cache's blob names")], details)
     try:
         with writer_lock(ck.root):
+            before = _state(ck.root)  # taken before the files are read: a change after it is seen
             ck = open_checkpoint(path)  # read again under the lock: what a migrate that just ended left
-            return _make_manifest_locked(ck, path, force, progress, details)
+            return _make_manifest_locked(ck, path, force, progress, details, before)
     except Refused as exc:
         return make_report("manifest", path, layout, [error(exc.code, exc.message, fix=exc.fix)], details)
 
 
+def _state(root: str) -> Any:
+    """The checkpoint's state (``migrate.tree_state``) to prove before writing; None where it cannot be
+    taken (a tree the reader refuses anyway: only ``--force`` writes there, without the proof)."""
+    from clef_format.migrate.tree_state import snapshot
+
+    try:
+        return snapshot(root)
+    except OSError:
+        return None
+
+
+def _changed_meanwhile(root: str, before: Any) -> list[str]:
+    """What changed in the checkpoint since ``before``, proven after hashing and before writing: a file
+    edited, added or removed meanwhile would be described by the manifest as it was, and ``verify
+    --deep`` would then call the user's own edit damage."""
+    from clef_format.migrate.tree_state import changes
+
+    if before is None:
+        return []
+    now = _state(root)
+    return ["the checkpoint cannot be read again"] if now is None else changes(before, now)
+
+
 def _make_manifest_locked(ck: Any, path: str, force: bool, progress: Progress | None,
-                          details: dict[str, Any]) -> Report:
+                          details: dict[str, Any], before: Any = None) -> Report:
     layout = str(ck.layout)
     errors = [f for f in ck.findings if f.severity == "error"]
     if errors and not force:
@@ -128,11 +153,21 @@ def _make_manifest_locked(ck: Any, path: str, force: bool, progress: Progress | 
     if unreadable:
         raise CouldNotRun("cannot read " + "; ".join(unreadable))
     digests = {r.key: r.digest for r in results if r.digest is not None}
+    crashpoint("stage")
+    changed = _changed_meanwhile(ck.root, before)
+    if changed:
+        shown = "; ".join(changed[:5]) + (f"; and {len(changed) - 5} more" if len(changed) > 5 else "")
+        return make_report("manifest", path, layout, [error(
+            "manifest-refused", f"{ck.root} changed while its files were hashed ({shown}): the manifest would "
+            "describe them as they were; nothing was written",
+            fix=f"clef-format manifest {path} again, once nothing else writes the checkpoint")], details)
+    crashpoint("swap")
     try:
         target = write_manifest(ck.root, build_manifest(digests, files))
     except OSError as exc:
         raise CouldNotRun(f"cannot write the manifest in {ck.root}: {exc.strerror or exc}", code="unwritable",
                           fix="make the checkpoint directory writable, or run as its owner") from None
+    crashpoint("cleanup")
     details.update({"written": target, "files": len(digests), "bytes": sum(files.values())})
     return make_report("manifest", path, layout, [], details)
 

@@ -450,3 +450,55 @@ def test_a_tree_deeper_than_the_recursion_limit_made_at_each_phase_boundary(fres
             failures.append(f"{phase}:{n}: exit {rc} {codes}, result {layout} {errors}, left {siblings(root)}")
     _reset(tmp_path)
     assert not failures, "\n".join(failures)
+
+
+# ---- manifest: each change at each of its phase boundaries -----------------------------------------
+
+#: manifest's points: the lock taken, the files hashed (before the proof), the proof passed (before the
+#: rename), the manifest written.
+MANIFEST_POINTS = [("lock", 1), ("stage", 1), ("swap", 1), ("cleanup", 1)]
+
+
+@pytest.mark.parametrize("change", [c for c in CHANGES if c.name != "mount"], ids=[c.name for c in CHANGES
+                                                                                      if c.name != "mount"])
+def test_a_change_at_each_phase_boundary_of_manifest_is_recorded_or_refused(fresh, change: Change,
+                                                                           tmp_path: Path) -> None:
+    """manifest hashed the files, then wrote what it had hashed: a file edited meanwhile was recorded as
+    it was, and verify --deep then called the user's own edit damage (exit 0, a wrong manifest). Now the
+    state taken before hashing is proven before writing: the change is recorded, or manifest refuses
+    and writes nothing. Past the proof (the rename, or later) the manifest describes the files as they
+    were when it was proven, and --deep reports the later edit as what it is, a change since."""
+    from clef_format.migrate.manifest_writer import make_manifest
+    from clef_format.read.checkpoint import read_checkpoint
+    from clef_format.verify.run import verify_checkpoint
+
+    failures = []
+    for phase, n in MANIFEST_POINTS:
+        _reset(tmp_path)
+        root = _source(fresh)
+        done: list[bool] = []
+
+        def act(at: str, count: int) -> None:
+            if (at, count) == (phase, n) and not done:
+                done.append(True)
+                change.make(root)
+
+        with crash.adversary(act):
+            report = make_manifest(str(root))
+        codes = [f.code for f in report.findings if f.severity == "error"]
+        written = (root / "clef_manifest.json").is_file()
+        where = f"{change.name} at {phase}:{n}"
+        deep = verify_checkpoint(read_checkpoint(root), str(root), deep=True)
+        mismatched = sorted(f.file or "" for f in deep.findings if f.code == "hash-mismatch")
+        if not done or not change.holds(root):
+            failures.append(f"{where}: reached {bool(done)}, the change is lost")
+        elif not report.ok:
+            if codes != ["manifest-refused"] or written or "changed while its files were hashed" not in \
+                    report.findings[0].message:
+                failures.append(f"{where}: refused as {codes}, manifest written {written}")
+        elif not written:
+            failures.append(f"{where}: ok without a manifest")
+        elif phase in ("lock", "stage") and mismatched:
+            failures.append(f"{where}: written before the change was proven absent, --deep: {mismatched}")
+    _reset(tmp_path)
+    assert not failures, "\n".join(failures)
