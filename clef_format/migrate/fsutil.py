@@ -19,6 +19,10 @@ from typing import Iterator
 
 from clef_format.read.paths import inside
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from clef_format.migrate.workspace import Target
+
 RENAME_EXCHANGE = 2
 AT_FDCWD = -100
 FICLONE = 0x40049409
@@ -288,12 +292,12 @@ def short_rel(rel: str) -> str:
     return rel if len(rel) <= 200 and rel.count("/") < 8 else f"{rel.split('/', 1)[0][:100]}/..."
 
 
-def output_written(target: "object") -> list[str]:
+def output_written(target: Target) -> list[str]:
     """What an ``--output`` holds that the run did not put there, checked under the lock just before the
     exchange: it was absent or empty when the run began (else refused), so anything in it now is
     someone's, and the exchange would move it into the workspace to be deleted. Empty: nothing."""
-    path = getattr(target, "path")
-    if getattr(target, "in_place") or not os.path.lexists(path):
+    path = target.path
+    if target.in_place or not os.path.lexists(path):
         return []
     if os.path.islink(path) or not os.path.isdir(path):
         return [f"{path} was created meanwhile (not a folder)"]
