@@ -103,26 +103,38 @@ def make_manifest(path: str, force: bool = False, progress: Progress | None = No
 
 
 def _state(root: str) -> Any:
-    """The checkpoint's state (``migrate.tree_state``) to prove before writing; None where it cannot be
-    taken (a tree the reader refuses anyway: only ``--force`` writes there, without the proof)."""
+    """The checkpoint's state (``migrate.tree_state``) to prove before writing; None for a tree nested past
+    the reader's limit (the reader refuses it anyway: only ``--force`` writes there, without the proof).
+    Anything else that cannot be looked at is ``CouldNotRun`` naming it and the cause."""
+    from clef_format.migrate.fsutil import TreeTooDeep, short_rel
     from clef_format.migrate.tree_state import snapshot
 
     try:
         return snapshot(root)
-    except OSError:
+    except TreeTooDeep:
         return None
+    except OSError as exc:
+        where = short_rel(os.path.relpath(exc.filename, root)) if isinstance(exc.filename, str) else "."
+        raise CouldNotRun(f"{where} cannot be read: {exc.strerror or exc}; nothing was written",
+                          fix="make it readable (chmod / chown), or run as a user who can read the whole "
+                              "checkpoint") from None
 
 
 def _changed_meanwhile(root: str, before: Any) -> list[str]:
     """What changed in the checkpoint since ``before``, proven after hashing and before writing: a file
     edited, added or removed meanwhile would be described by the manifest as it was, and ``verify
     --deep`` would then call the user's own edit damage."""
-    from clef_format.migrate.tree_state import changes
+    from clef_format.migrate.fsutil import short_rel
+    from clef_format.migrate.tree_state import changes, snapshot
 
     if before is None:
         return []
-    now = _state(root)
-    return ["the checkpoint cannot be read again"] if now is None else changes(before, now)
+    try:
+        now = snapshot(root)
+    except OSError as exc:  # gone or unreadable since: not the tree that was hashed
+        where = short_rel(os.path.relpath(exc.filename, root)) if isinstance(exc.filename, str) else "."
+        return [f"{where} cannot be read again ({exc.strerror or exc})"]
+    return changes(before, now)
 
 
 def _make_manifest_locked(ck: Any, path: str, force: bool, progress: Progress | None,
