@@ -167,9 +167,12 @@ def render_history(report: Report) -> str:
     return "\n".join(lines)
 
 
-def _where(row: dict[str, Any]) -> str:
-    from clef_format.cli.commands.scan_cmd import printable
+def printable(text: str) -> str:
+    """``text`` on one line: control characters (a newline in a folder name) escaped, as Python writes them."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
+
+def _where(row: dict[str, Any]) -> str:
     if row.get("repo_id") and row.get("revision"):
         refs = f" ({', '.join(row['refs'])})" if row.get("refs") else ""
         return printable(f"{row['repo_id']}@{row['revision'][:12]}{refs}")

@@ -3,7 +3,7 @@
 Carrying an unchanged file tries, in order: a reflink (copy-on-write clone: shares blocks, never
 shares later writes), a hard link (same inode; not used for Hugging Face blobs, whose content a
 write through the link would corrupt), then a copy with ``copy_file_range`` of the file's data
-extents only (``data_extents``: its holes stay holes). Every file and folder migrate makes in place of
+extents only (``fileio.data_extents``: its holes stay holes). Every file and folder migrate makes in place of
 one of the source's gets that one's extended attributes, POSIX ACLs included (``sync_xattrs``).
 """
 
@@ -51,31 +51,6 @@ def mode_for(predecessor: str) -> int:
     except OSError:
         pass
     return 0o666 & ~umask()
-
-
-def data_extents(fd: int, start: int, end: int) -> list[tuple[int, int]]:
-    """The runs ``(offset, length)`` of ``[start, end)`` of the open file ``fd`` that hold data, by
-    ``SEEK_DATA`` / ``SEEK_HOLE``: a copy of only these leaves the holes of a sparse file holes
-    (``copy_file_range`` fills them: a 64 MiB file of 24 blocks came out 131,072 blocks on ext4).
-    Where the filesystem cannot tell, the whole range is data."""
-    runs: list[tuple[int, int]] = []
-    pos = start
-    while pos < end:
-        try:
-            data = os.lseek(fd, pos, os.SEEK_DATA)
-        except OSError as exc:
-            if exc.errno == errno.ENXIO:  # nothing but a hole from pos to the end of the file
-                break
-            if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP):
-                runs.append((pos, end - pos))
-                break
-            raise
-        if data >= end:
-            break
-        hole = min(os.lseek(fd, data, os.SEEK_HOLE), end)
-        runs.append((data, hole - data))
-        pos = hole
-    return runs
 
 
 #: Where the destination cannot hold an attribute (no xattrs on that filesystem, a namespace this
@@ -158,7 +133,7 @@ def reflink(src: str, dst: str) -> bool:
 
 
 def copy_file(src: str, dst: str) -> None:
-    from clef_format.migrate.writer import copy_range
+    from clef_format.migrate.fileio import copy_range
 
     size = os.stat(src).st_size
     with open(src, "rb") as s, open(dst, "wb") as d:

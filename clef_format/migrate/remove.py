@@ -23,11 +23,11 @@ class MountInside(OSError):
     """A mount point at or below the tree: nothing below it is deleted."""
 
 
-def remove_tree(path: str) -> None:
+def delete_tree(path: str) -> None:
     """Delete ``path`` and everything below it; raises ``OSError`` (``MountInside`` for a mount point)
     when something cannot go. A folder without write or search permission is opened up first (it is
     migrate's to delete). Three passes at most: a file someone adds meanwhile is taken by the next."""
-    from clef_format.migrate.tree_state import _mountinfo, is_mount_point
+    from clef_format.migrate.tree_state import is_mount_point, mount_table
 
     try:
         st = os.lstat(path)
@@ -40,7 +40,7 @@ def remove_tree(path: str) -> None:
     if is_mount_point(path):
         raise MountInside(errno.EBUSY, f"{path} is a mount point: nothing below it is deleted (unmount it, then "
                                        "run again)", path)
-    table = {m for m in _mountinfo() if m.startswith(real.rstrip("/") + "/")}
+    table = mount_table(real)
     first: OSError | None = None
     for _ in range(3):
         try:

@@ -32,7 +32,8 @@ class TreeState:
     listings: dict[str, tuple[str, ...]]
 
 
-def _identity(st: os.stat_result) -> Identity:
+def identity(st: os.stat_result) -> Identity:
+    """What ``changes`` compares of one entry (its ``lstat``)."""
     return (st.st_mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_uid, st.st_gid)
 
 
@@ -46,7 +47,7 @@ def snapshot(root: str, skip_top: frozenset[str] = frozenset()) -> TreeState:
     from clef_format.read.walk import MAX_DEPTH
 
     root = os.path.realpath(root)
-    entries: dict[str, Identity] = {".": _identity(os.lstat(root))}
+    entries: dict[str, Identity] = {".": identity(os.lstat(root))}
     listings: dict[str, tuple[str, ...]] = {}
     stack = [(root, "", 0)]  # iterative: a folder nested ~1,000 deep is a finding, never a RecursionError
     while stack:
@@ -61,7 +62,7 @@ def snapshot(root: str, skip_top: frozenset[str] = frozenset()) -> TreeState:
             child_rel = f"{rel}/{name}" if rel else name
             child = os.path.join(path, name)
             st = os.lstat(child)
-            entries[child_rel] = _identity(st)
+            entries[child_rel] = identity(st)
             if stat.S_ISDIR(st.st_mode):
                 stack.append((child, child_rel, depth + 1))
     return TreeState(root, entries, listings)
@@ -120,6 +121,11 @@ def is_mount_point(path: str) -> bool:
     return os.path.ismount(real) or real in _mountinfo()
 
 
+def mount_table(real: str) -> set[str]:
+    """The mount points the mount table lists strictly below the resolved folder ``real``."""
+    return {m for m in _mountinfo() if m.startswith(real.rstrip("/") + "/")}
+
+
 def mount_points(root: str) -> list[str]:
     """Mount points below ``root`` (rel paths, sorted; ``root`` itself is not listed): a folder on
     another filesystem, or any path the mount table lists (a bind mount). Never crossed, so never
@@ -129,7 +135,7 @@ def mount_points(root: str) -> list[str]:
         dev = os.lstat(real).st_dev
     except OSError:
         return []
-    table = {m for m in _mountinfo() if m.startswith(real.rstrip("/") + "/")}
+    table = mount_table(real)
     out: list[str] = sorted(os.path.relpath(m, real) for m in table)
     from clef_format.read.walk import walk
 

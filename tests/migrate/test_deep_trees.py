@@ -5,7 +5,7 @@ mount search, survey, tree state and ``shutil.rmtree``; now every walk is iterat
 ``MAX_DEPTH`` (64) and a deeper tree is ``migrate-refused``, the dry run included. A tree whose absolute
 path passes PATH_MAX is built (and inspected) through folder handles (``openat``); the reader cannot
 list it (``unreadable``, exit 2), and migrate says the same without writing anything. What migrate
-deletes (``workspace._rmtree``) it deletes folder by folder through handles: any depth, any length,
+deletes (``workspace.remove_tree``) it deletes folder by folder through handles: any depth, any length,
 never below a mount point.
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from clef_format.migrate import crash
-from clef_format.migrate.workspace import Target, _rmtree
-from tests.migrate.helpers import run_json, siblings, verified
+from clef_format.migrate.workspace import Target, remove_tree
+from tests.support.migrate import run_json, siblings, verified
 
 DEEP = 1100
 LONG_NAME = "n" * 200
@@ -116,19 +116,19 @@ def test_a_path_past_path_max_ends_in_a_finding_with_nothing_written(fresh, caps
 
 @pytest.mark.parametrize("levels,name", [(DEEP, "d"), (LONG_LEVELS, LONG_NAME), (200, "m" * 120)],
                          ids=["past-recursion-limit", "past-path-max", "both-long-and-deep"])
-def test_rmtree_deletes_any_depth_and_length_through_handles(tmp_path: Path, levels: int, name: str) -> None:
+def test_remove_tree_deletes_any_depth_and_length_through_handles(tmp_path: Path, levels: int, name: str) -> None:
     tree = tmp_path / "made-by-migrate"
     tree.mkdir()
     nest(tree, levels, name)
     (tree / "link-out").symlink_to(tmp_path / "outside")
     (tmp_path / "outside").mkdir()
     (tmp_path / "outside" / "theirs.txt").write_text("not migrate's")
-    _rmtree(str(tree))
+    remove_tree(str(tree))
     assert not os.path.lexists(tree)
     assert (tmp_path / "outside" / "theirs.txt").read_text() == "not migrate's"  # a link is never followed
 
 
-def test_rmtree_refuses_a_mount_below_a_deep_tree_before_deleting_anything(tmp_path: Path) -> None:
+def test_remove_tree_refuses_a_mount_below_a_deep_tree_before_deleting_anything(tmp_path: Path) -> None:
     tree = tmp_path / "made-by-migrate"
     tree.mkdir()
     (tree / "first.txt").write_text("migrate's")
@@ -151,7 +151,7 @@ def test_rmtree_refuses_a_mount_below_a_deep_tree_before_deleting_anything(tmp_p
         os.close(theirs)
         try:
             with pytest.raises(OSError, match="is a mount point: nothing below it is deleted"):
-                _rmtree(str(tree))
+                remove_tree(str(tree))
             assert os.stat("theirs.txt", dir_fd=mounted).st_size == 22
             assert (tree / "first.txt").read_text() == "migrate's"  # refused before anything was deleted
         finally:
@@ -159,7 +159,7 @@ def test_rmtree_refuses_a_mount_below_a_deep_tree_before_deleting_anything(tmp_p
             subprocess.run(["umount", "-l", point], capture_output=True, pass_fds=(fd,))
     finally:
         os.close(fd)
-    _rmtree(str(tree))
+    remove_tree(str(tree))
     assert not tree.exists()
 
 

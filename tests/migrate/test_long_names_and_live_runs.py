@@ -17,7 +17,7 @@ import pytest
 
 from clef_format.migrate import crash
 from clef_format.migrate.session import Options, migrate_path
-from tests.migrate.helpers import file_digests, run_json, siblings, verified
+from tests.support.migrate import file_digests, run_json, siblings, verified
 
 
 def _long_named(fresh, length: int) -> Path:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.migrate.helpers import run_json, verified
+from tests.support.migrate import run_json, verified
 
 BLOCK = 4096
 SPARSE_SIZE = 64 << 20
