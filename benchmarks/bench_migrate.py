@@ -1,4 +1,5 @@
-"""Benchmark: migrate a layout-1 checkpoint with real bytes on disk vs ``cp -a`` + ``sync`` of the same bytes, same disk, same run.
+"""Benchmark: migrate a layout-1 checkpoint with real bytes on disk vs ``cp -a`` + ``sync`` of the same bytes,
+same disk, same run.
 
     .venv/bin/python benchmarks/bench_migrate.py [--dir /tmp/clef-bench] [--series 2:18624:2,8:62080,32:248320] [--runs 3]
         [--cp "cp -r"] [--modes inplace,output] [--caches cold,warm] [--dry-run]
@@ -20,8 +21,8 @@ and records each pair's ratio (the two share the load of that moment), their med
 the best over the best, the migrate child's peak RSS, user and system CPU
 (``getrusage(RUSAGE_CHILDREN)`` of a wrapper whose only child is migrate), the bytes the disk read,
 wrote and discarded and its time discarding (``/proc/diskstats``: on a filesystem mounted with
-``discard``, deleting the old tree after the swap discards its blocks), the phases migrate reports (``steps[].seconds``) and the load
-average. The source is built once per point; generated files are deleted. Needs about 3x the
+``discard``, deleting the old tree after the swap discards its blocks), the phases migrate reports
+(``steps[].seconds``) and the load average. The source is built once per point; generated files are deleted. Needs about 3x the
 checkpoint size free on --dir (full size: ~30 GB).
 """
 

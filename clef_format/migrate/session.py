@@ -376,6 +376,7 @@ def _refuse_unproven_replacements(ck: Checkpoint, plan: Plan, display: str, edge
 def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft) -> ReportDraft:
     from clef_format.migrate.recovery import pending_recovery
 
+    assert report.path is not None  # migrate's report always names the PATH it was given
     journal = read_journal(target)
     _refuse_another_source(target, report.path, journal)
     will = pending_recovery(target, ck, abort=opts.abort, wanted=_first_step(journal, opts.to), journal=journal)
@@ -473,7 +474,7 @@ def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraf
         given = Given()  # the next step's tree is this step's result: surveyed by that step, no journal left
         from clef_format import migrations
 
-        if final is not None and migrations.path(final.layout, opts.to) == []:
+        if final is not None and final.layout is not None and migrations.path(final.layout, opts.to) == []:
             break  # the result is at opts.to (its verify said so): nothing to plan, nothing to read again
         try:  # the state the next step (if any) is planned from; failing here, that step takes its own
             before = snapshot(target.path)

@@ -21,7 +21,7 @@ import errno
 import os
 import queue
 import threading
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -81,7 +81,7 @@ def _pipeline(blocks: list[tuple[int, int]], slots: list[_Slot], read: Callable[
     at_block = threading.local()
     _END = None
 
-    def get(q: queue.Queue) -> object:
+    def get(q: queue.Queue) -> Any:  # a slot, or a (slot, index, first, rows) block
         while True:
             try:
                 return q.get(timeout=_POLL_S)
@@ -104,7 +104,7 @@ def _pipeline(blocks: list[tuple[int, int]], slots: list[_Slot], read: Callable[
         for index, (first, r) in enumerate(blocks):
             slot = get(free)
             at_block.index = index
-            read(slot, first, r)  # type: ignore[arg-type]
+            read(slot, first, r)
             filled.put((slot, index, first, r))
             if failed.is_set():
                 return
@@ -113,7 +113,7 @@ def _pipeline(blocks: list[tuple[int, int]], slots: list[_Slot], read: Callable[
 
     def writer() -> None:
         for _ in blocks:
-            slot, index, first, r = get(done)  # type: ignore[misc]
+            slot, index, first, r = get(done)
             at_block.index = index
             write(slot, first, r)
             free.put(slot)
@@ -124,7 +124,7 @@ def _pipeline(blocks: list[tuple[int, int]], slots: list[_Slot], read: Callable[
                 item = get(filled)
                 if item is _END:
                     return
-                slot, index, first, r = item  # type: ignore[misc]
+                slot, index, first, r = item
                 at_block.index = index
                 compute(slot, index, first, r)
                 done.put(item)

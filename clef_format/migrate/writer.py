@@ -13,7 +13,7 @@ import errno
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterator
+from typing import Iterator, cast
 
 from clef_format.migrate.fileio import Tick, copy_range, write_all, write_all_at
 from clef_format.migrate.plan import (
@@ -129,16 +129,16 @@ def _write_safetensors(out: Safetensors, src_root: str, fd: int, tick: Tick, dst
         src.fd(rel)  # opened here, before the worker threads share the table
     scales: dict = {}
     quality: dict = {}
-    deferred = []
+    deferred: list[tuple[TensorOut, int]] = []
     # the tables of this file stream at once (below, up to the pool's two jobs): they share the cores given
     tables = min(_POOL, sum(1 for t in out.tensors if isinstance(t.source, (QuantValues, Decoded))))
 
     def one(kind: str, item: object, at: int) -> None:
         if kind == "copy":
-            rel, offset, nbytes = item  # type: ignore[misc]
+            rel, offset, nbytes = cast("tuple[str, int, int]", item)
             copy_range(src.fd(rel), fd, offset, nbytes, tick, at)
             return
-        s = item.source  # type: ignore[attr-defined]
+        s = cast(TensorOut, item).source
         if isinstance(s, QuantValues):
             _quantize(src, s, fd, at, tick, scales, quality, tables)
         elif isinstance(s, Decoded):
@@ -149,7 +149,7 @@ def _write_safetensors(out: Safetensors, src_root: str, fd: int, tick: Tick, dst
     try:
         jobs = []
         for kind, item, at in _merged(out.tensors, len(header)):
-            if kind == "tensor" and isinstance(item.source, QuantScales):  # type: ignore[attr-defined]
+            if kind == "tensor" and isinstance(item, TensorOut) and isinstance(item.source, QuantScales):
                 deferred.append((item, at))
             else:
                 jobs.append((kind, item, at))
@@ -157,7 +157,7 @@ def _write_safetensors(out: Safetensors, src_root: str, fd: int, tick: Tick, dst
         with ThreadPoolExecutor(max_workers=_POOL) as pool:
             wait_all([pool.submit(one, *job) for job in jobs])
         for t, at in deferred:
-            data = scales[t.source.table]  # numpy F32 [rows, 1], contiguous
+            data = scales[cast(QuantScales, t.source).table]  # numpy F32 [rows, 1], contiguous
             write_all_at(fd, data.data, at)
             tick(data.nbytes)
     finally:
