@@ -251,6 +251,14 @@ MUTANTS = [
     Mutant("abort-after-swap-deletes-original", "clef_format/migrate/recovery.py",
            "    if swapped and abort and parked:", "    if False:",
            ("tests/scenarios/test_migrate_crash.py::test_sigkill_then_abort_restores_the_original",)),
+    # --- each tree read once (tests/migrate/test_reads_once.py counts the opens), the table threads
+    Mutant("result-verified-again-after-swap", "clef_format/migrate/session.py",
+           '    if final is None or not report.extra["steps"]:', "    if True:",
+           ("tests/migrate/test_reads_once.py",)),
+    Mutant("table-threads-ignore-the-cores-given", "clef_format/migrate/table_stream.py",
+           "    return WORKERS or max(1, cores_given() // max(1, tables_at_once))",
+           "    return WORKERS or max(1, (os.cpu_count() or 1) // 2)",
+           ("tests/migrate/test_table_threads.py::test_a_table_uses_every_core_the_process_is_given",)),
     # --- config rules no tensor shape shows (vllm_rules/config_rules.py, spec/joint_head.py, spec/schemes.py)
     Mutant("architectures-unchecked", "clef_format/vllm_rules/config_rules.py",
            "    if cfg.architecture != arch:", "    if False:",
