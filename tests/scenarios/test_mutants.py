@@ -332,6 +332,19 @@ MUTANTS = [
     Mutant("gate-refuses-version-objects", "clef_format/spec/compat.py",
            "    if isinstance(value, Version):\n        return str(value)\n", "",
            ("tests/cli/test_streams_and_arguments.py::test_every_hook_takes_path_types_and_version_objects",)),
+    # --- what a migration plan and the history show (survivors of the unsampled mutmut run, docs/TESTING.md)
+    Mutant("history-key-misspelt", "migrations/__init__.py",
+           '"down_revision": s.down_revision,', '"down_rev": s.down_revision,',
+           ("tests/cli/test_migration_steps_users_see.py::test_history_carries_every_field_of_every_step_under_its_key",)),
+    Mutant("repair-plan-called-a-downgrade", "migrations/v0002_repair_marker.py",
+           'plan = Plan(revision, "upgrade", from_layout', 'plan = Plan(revision, "downgrade", from_layout',
+           ("tests/cli/test_migration_steps_users_see.py::test_marker_repair_plan_names_the_step_the_files_and_the_note",)),
+    Mutant("repair-plan-tables-read-as-0-bytes", "migrations/v0002_repair_marker.py",
+           "plan.reads[L.TABLES] = ck.files.get(L.TABLES, 0)", "plan.reads[L.TABLES] = 0",
+           ("tests/cli/test_migration_steps_users_see.py::test_marker_repair_plan_names_the_step_the_files_and_the_note",)),
+    Mutant("repair-refusal-names-no-file", "migrations/v0002_repair_marker.py",
+           'raise StepRefused(f"{L.HEAD_CONFIG} is missing or not a JSON object")', 'raise StepRefused("refused")',
+           ("tests/cli/test_migration_steps_users_see.py::test_marker_repair_without_head_config_is_refused_naming_the_file",)),
 ]
 
 
