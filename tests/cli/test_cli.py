@@ -197,3 +197,19 @@ def test_an_in_process_caller_gets_its_gc_thresholds_back(built, capsys):
         assert gc.get_threshold() == (701, 11, 12)
     finally:
         gc.set_threshold(*before)
+
+
+def test_codes_text_lists_every_code_with_its_meaning_one_per_line(capsys):
+    """`clef-format codes` (text): one line per finding code, the code padded to a column, then its
+    meaning, in the order of the JSON list."""
+    assert main(["codes", "--json"]) == 0
+    codes = json.loads(capsys.readouterr().out)["codes"]
+    assert main(["codes"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"{code:24} {meaning}" for code, meaning in codes.items()]
+
+
+def test_codes_help_says_what_json_does(capsys):
+    assert main(["codes", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert any(line.split() == ["--json", "print", "one", "JSON", "object", "on", "stdout"] for line in out.splitlines())

@@ -353,3 +353,57 @@ def test_install_needs_a_qwen_shape() -> None:
     emb = Int8VocabEmbedding.from_table(q, scale)
     with pytest.raises(LookupError):
         install_int8_tables(torch.nn.Linear(2, 2), Int8Tables(emb, emb))
+
+
+class _TextOnly(torch.nn.Module):
+    """Where vLLM's text-only Qwen3.5 keeps its tables: ``model.embed_tokens`` and ``lm_head``."""
+
+    def __init__(self, vocab: int, hidden: int) -> None:
+        super().__init__()
+        self.model = torch.nn.Module()
+        self.model.embed_tokens = torch.nn.Embedding(vocab, hidden)
+        self.lm_head = torch.nn.Linear(hidden, vocab, bias=False)
+
+
+class _Multimodal(torch.nn.Module):
+    """The multimodal class: both tables under ``language_model``."""
+
+    def __init__(self, vocab: int, hidden: int) -> None:
+        super().__init__()
+        self.language_model = _TextOnly(vocab, hidden)
+
+
+def _tables() -> Any:
+    from clef_format.vllm import Int8Tables
+
+    q, scale = table()
+    return Int8Tables(Int8VocabEmbedding.from_table(q, scale), Int8VocabEmbedding.from_table(*table(seed=1)))
+
+
+@pytest.mark.parametrize("cls, prefix", [(_TextOnly, ""), (_Multimodal, "language_model.")], ids=["text", "multimodal"])
+def test_install_reports_what_it_put_where(cls: Any, prefix: str) -> None:
+    """The returned map is what a plugin logs: each replaced path and the class now there; the
+    modules installed are the tables' own (no copy), at vLLM's paths for each model class."""
+    m, t = cls(200, 24), _tables()
+    done = install_int8_tables(m, t)
+    assert done == {f"{prefix}model.embed_tokens": "Int8VocabEmbedding", f"{prefix}lm_head": "Int8VocabEmbedding"}
+    assert m.get_submodule(f"{prefix}model.embed_tokens") is t.embed
+    assert m.get_submodule(f"{prefix}lm_head") is t.lexical
+
+
+def test_install_leaves_lm_head_alone_when_asked() -> None:
+    """``replace_lm_head=False`` (a model whose logits vLLM must still compute): only the embedding is
+    replaced; the BF16 lm_head stays the same module with the same weights."""
+    m, t = _TextOnly(200, 24), _tables()
+    head = m.lm_head
+    before = head.weight.detach().clone()
+    done = install_int8_tables(m, t, replace_lm_head=False)
+    assert done == {"model.embed_tokens": "Int8VocabEmbedding"}
+    assert m.lm_head is head and torch.equal(m.lm_head.weight.detach(), before)
+    assert m.model.embed_tokens is t.embed
+
+
+def test_install_on_a_model_without_the_tables_names_its_class() -> None:
+    with pytest.raises(LookupError, match=r"^Linear has none of \('language_model\.model\.embed_tokens', "
+                                          r"'model\.embed_tokens'\): not a vLLM Qwen3\.5 model$"):
+        install_int8_tables(torch.nn.Linear(2, 2), _tables())

@@ -345,6 +345,12 @@ MUTANTS = [
     Mutant("repair-refusal-names-no-file", "migrations/v0002_repair_marker.py",
            'raise StepRefused(f"{L.HEAD_CONFIG} is missing or not a JSON object")', 'raise StepRefused("refused")',
            ("tests/cli/test_migration_steps_users_see.py::test_marker_repair_without_head_config_is_refused_naming_the_file",)),
+    Mutant("lm-head-always-replaced", "clef_format/vllm/install.py",
+           "([(LM_HEAD_PATHS, tables.lexical)] if replace_lm_head else [])", "[(LM_HEAD_PATHS, tables.lexical)]",
+           ("tests/hooks/test_hooks.py::test_install_leaves_lm_head_alone_when_asked",)),
+    Mutant("install-reports-nothing", "clef_format/vllm/install.py",
+           "        done[path] = type(module).__name__\n", "",
+           ("tests/hooks/test_hooks.py::test_install_reports_what_it_put_where",)),
 ]
 
 
