@@ -37,7 +37,7 @@ from typing import Callable
 
 import torch
 
-from clef_format.quant.int8 import dequantize_rows, quantize_rows
+from tests.support.torch_int8 import dequantize_rows, quantize_rows
 from clef_format.vllm.int8_gather import KernelConfig, _gather_triton, default_config, gather_rows
 
 # (case kind, number of ids, goal for fused/bf16)
@@ -202,7 +202,9 @@ def sweep(t: Tables, rep_ms: int, seed: int, all_results: dict) -> str:
         base = bench(graphed(lambda: torch.nn.functional.embedding(ids, t.bf16)), rep_ms)
         res = []
         for cfg in configs:
-            fn = lambda cfg=cfg: _gather_triton(t.q, t.scale, ids, torch.bfloat16, 0, vocab, cfg)
+            def fn(cfg: KernelConfig = cfg) -> torch.Tensor:
+                return _gather_triton(t.q, t.scale, ids, torch.bfloat16, 0, vocab, cfg)
+
             assert same_bits(fn(), ref), cfg
             res.append((bench(graphed(fn), rep_ms), cfg))
         all_results[n] = {"bf16_ms": base, "fused_ms": {str(c): ms for ms, c in res}}

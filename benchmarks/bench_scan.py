@@ -39,7 +39,7 @@ def sha256_sparse(path: Path) -> str:
 
 
 def build_cache(cache: Path, src: Path, repos: int, revisions: int, unrelated: int) -> int:
-    from clef_format.fixtures.hub_cache import fake_commit
+    from tests.support.hub_cache import fake_commit
     from clef_format.spec.layouts import HEAD_CONFIG, MARKER_KEY
 
     files = sorted(p.relative_to(src).as_posix() for p in src.rglob("*") if p.is_file())
@@ -74,7 +74,8 @@ def build_cache(cache: Path, src: Path, repos: int, revisions: int, unrelated: i
         (repo / "blobs").mkdir()
         (repo / "refs").mkdir()
         (repo / "refs" / "main").write_text(commit)
-        for name, data in (("config.json", b'{"model_type": "bert"}'), ("model.safetensors", b"\x02\x00\x00\x00\x00\x00\x00\x00{}"),
+        for name, data in (("config.json", b'{"model_type": "bert"}'),
+                           ("model.safetensors", b"\x02\x00\x00\x00\x00\x00\x00\x00{}"),
                            ("tokenizer.json", b"{}"), ("README.md", b"# unrelated %d" % u)):
             etag = hashlib.sha1(data + name.encode()).hexdigest()
             (repo / "blobs" / etag).write_bytes(data)

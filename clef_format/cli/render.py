@@ -43,7 +43,8 @@ def render_report(report: Report, title: str | None = None, layout_text: str | N
     verdict = style("OK", "green", True) if report.ok else style("BROKEN", "error", True)
     lines = [
         f"{style(title or report.command, bold=True)} {report.path}",
-        f"  layout   {layout_text or (style(report.layout, bold=True) if report.layout is not None else '- (no checkpoint there)')}",
+        "  layout   " + (layout_text or (style(report.layout, bold=True) if report.layout is not None
+                                        else "- (no checkpoint there)")),
         f"  result   {verdict}  ({errors} error(s), {warnings} warning(s))",
     ]
     files = d.get("files") or {}
@@ -137,7 +138,8 @@ def render_migrate(report: Report) -> str:
                        f"{style(report.layout, bold=True)}")
     lines = [render_report(report, layout_text=layout_text)]
     if d.get("revision") is not None or d.get("pending"):
-        lines.append(f"  revision {d.get('revision')}" + (f"   interrupted run pending: {d['pending']}" if d.get("pending") else ""))
+        pending = f"   interrupted run pending: {d['pending']}" if d.get("pending") else ""
+        lines.append(f"  revision {d.get('revision')}" + pending)
     for note in d.get("recovered") or []:
         lines.append(f"  recovery {note}")
     for step in d.get("steps", []):
@@ -167,9 +169,12 @@ def render_history(report: Report) -> str:
     return "\n".join(lines)
 
 
-def _where(row: dict[str, Any]) -> str:
-    from clef_format.cli.commands.scan_cmd import printable
+def printable(text: str) -> str:
+    """``text`` on one line: control characters (a newline in a folder name) escaped, as Python writes them."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
+
+def _where(row: dict[str, Any]) -> str:
     if row.get("repo_id") and row.get("revision"):
         refs = f" ({', '.join(row['refs'])})" if row.get("refs") else ""
         return printable(f"{row['repo_id']}@{row['revision'][:12]}{refs}")

@@ -13,8 +13,9 @@ import errno
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterator
+from typing import Iterator, cast
 
+from clef_format.migrate.fileio import Tick, copy_range, write_all, write_all_at
 from clef_format.migrate.plan import (
     Decoded,
     FileBytes,
@@ -28,18 +29,8 @@ from clef_format.migrate.plan import (
     header_bytes,
 )
 
-Tick = Callable[[int], None]
-#: Bytes per copy_file_range call (a progress tick and a crash point each).
-COPY_CHUNK = 256 * 1024 * 1024
-FALLBACK_BUFFER = 8 * 1024 * 1024
-_NO_CFR = (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF, errno.EPERM)
-
-
-def write_all(fd: int, data: "memoryview | bytes") -> None:
-    view = memoryview(data).cast("B")
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
+#: Jobs of one safetensors file run at once (copy runs, tables): the two tables of the tables file together.
+_POOL = 2
 
 
 def wait_all(futures: list) -> None:
@@ -52,40 +43,6 @@ def wait_all(futures: list) -> None:
             errors.append(exc)
     if errors:
         raise next((e for e in errors if not (isinstance(e, OSError) and e.errno == errno.ECANCELED)), errors[0])
-
-
-def write_all_at(fd: int, data: "memoryview | bytes", offset: int) -> None:
-    view = memoryview(data).cast("B")
-    while view:
-        n = os.pwrite(fd, view, offset)
-        view = view[n:]
-        offset += n
-
-
-def copy_range(src_fd: int, dst_fd: int, offset: int, nbytes: int, tick: Tick, dst_offset: int = 0) -> None:
-    """Copy ``nbytes`` from ``offset`` of src to ``dst_offset`` of dst."""
-    use_cfr = hasattr(os, "copy_file_range")
-    _advise(src_fd, offset, nbytes, "POSIX_FADV_SEQUENTIAL")  # larger kernel read-ahead for the long run
-    done = 0
-    buf = None
-    while done < nbytes:
-        want = min(COPY_CHUNK, nbytes - done)
-        if use_cfr:
-            try:
-                n = os.copy_file_range(src_fd, dst_fd, want, offset + done, dst_offset + done)
-            except OSError as exc:
-                if exc.errno not in _NO_CFR:
-                    raise
-                use_cfr = False
-                continue
-        else:
-            buf = buf or bytearray(FALLBACK_BUFFER)
-            n = os.preadv(src_fd, [memoryview(buf)[:min(want, FALLBACK_BUFFER)]], offset + done)
-            write_all_at(dst_fd, memoryview(buf)[:n], dst_offset + done)
-        if n == 0:
-            raise OSError(errno.EIO, f"source ended {nbytes - done} bytes early")
-        done += n
-        tick(n)
 
 
 def _merged(tensors: tuple[TensorOut, ...], data_start: int) -> Iterator[tuple[str, object, int]]:
@@ -129,27 +86,19 @@ class _Sources:
             os.close(fd)
 
 
-def _quantize(src: _Sources, s: QuantValues, dst_fd: int, at: int, tick: Tick, scales: dict, quality: dict) -> None:
-    from clef_format.migrate.table_stream import quantize_table  # numpy: imported only when a table is quantized
+def _quantize(src: _Sources, s: QuantValues, dst_fd: int, at: int, tick: Tick, scales: dict, quality: dict,
+              tables: int) -> None:
+    from clef_format.migrate.table_stream import quantize_table, workers_for  # numpy: only when a table is quantized
 
     scales[s.table], quality[s.table] = quantize_table(src.fd(s.rel), s.offset, s.rows, s.hidden, s.dtype, dst_fd,
-                                                       at, tick, f"{s.rel}: {s.table}")
+                                                       at, tick, f"{s.rel}: {s.table}", workers_for(tables))
 
 
-def _advise(fd: int, offset: int, length: int, advice: str) -> None:
-    """Ask the kernel to read ahead (the next blocks arrive while this one is quantized)."""
-    if hasattr(os, "posix_fadvise") and length > 0:
-        try:
-            os.posix_fadvise(fd, offset, length, getattr(os, advice))
-        except OSError:
-            pass
-
-
-def _decode(src: _Sources, s: Decoded, dst_fd: int, at: int, tick: Tick) -> None:
-    from clef_format.migrate.table_stream import decode_table
+def _decode(src: _Sources, s: Decoded, dst_fd: int, at: int, tick: Tick, tables: int) -> None:
+    from clef_format.migrate.table_stream import decode_table, workers_for
 
     decode_table(src.fd(s.rel), s.values_offset, s.scales_offset, s.rows, s.hidden, s.dtype, dst_fd, at, tick,
-                 f"{s.rel}: {s.table}")
+                 f"{s.rel}: {s.table}", workers_for(tables))
 
 
 def _seal(out: Safetensors, dst_path: str) -> dict[str, str]:
@@ -180,33 +129,35 @@ def _write_safetensors(out: Safetensors, src_root: str, fd: int, tick: Tick, dst
         src.fd(rel)  # opened here, before the worker threads share the table
     scales: dict = {}
     quality: dict = {}
-    deferred = []
+    deferred: list[tuple[TensorOut, int]] = []
+    # the tables of this file stream at once (below, up to the pool's two jobs): they share the cores given
+    tables = min(_POOL, sum(1 for t in out.tensors if isinstance(t.source, (QuantValues, Decoded))))
 
     def one(kind: str, item: object, at: int) -> None:
         if kind == "copy":
-            rel, offset, nbytes = item  # type: ignore[misc]
+            rel, offset, nbytes = cast("tuple[str, int, int]", item)
             copy_range(src.fd(rel), fd, offset, nbytes, tick, at)
             return
-        s = item.source  # type: ignore[attr-defined]
+        s = cast(TensorOut, item).source
         if isinstance(s, QuantValues):
-            _quantize(src, s, fd, at, tick, scales, quality)
+            _quantize(src, s, fd, at, tick, scales, quality, tables)
         elif isinstance(s, Decoded):
-            _decode(src, s, fd, at, tick)
+            _decode(src, s, fd, at, tick, tables)
         else:  # pragma: no cover
             raise TypeError(s)
 
     try:
         jobs = []
         for kind, item, at in _merged(out.tensors, len(header)):
-            if kind == "tensor" and isinstance(item.source, QuantScales):  # type: ignore[attr-defined]
+            if kind == "tensor" and isinstance(item, TensorOut) and isinstance(item.source, QuantScales):
                 deferred.append((item, at))
             else:
                 jobs.append((kind, item, at))
         # the two tables are independent: quantize (or decode) them on two cores at once
-        with ThreadPoolExecutor(max_workers=2) as pool:
+        with ThreadPoolExecutor(max_workers=_POOL) as pool:
             wait_all([pool.submit(one, *job) for job in jobs])
         for t, at in deferred:
-            data = scales[t.source.table]  # numpy F32 [rows, 1], contiguous
+            data = scales[cast(QuantScales, t.source).table]  # numpy F32 [rows, 1], contiguous
             write_all_at(fd, data.data, at)
             tick(data.nbytes)
     finally:

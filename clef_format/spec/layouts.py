@@ -1,6 +1,6 @@
 """The split-layout model: file names, layout names, and how a layout is told from the files.
 
-One source of truth for where things live in a Clef checkpoint (DESIGN.md, "Layouts").
+One source of truth for where things live in a Clef checkpoint (docs/FORMAT.md, "Layouts").
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ HEAD_WEIGHTS = f"{HEAD_DIR}/joint_head.safetensors"
 HEAD_CONFIG = f"{HEAD_DIR}/joint_head_config.json"
 TABLES = f"{HEAD_DIR}/tables_int8.safetensors"
 HEAD_CODE = "joint_schema_model.py"
+#: The folder a release ships its serving plugin in (``pip install ./<repo>/vllm_plugin``).
+PLUGIN_DIR = "vllm_plugin"
 RELEASE_HEAD_WEIGHTS = "joint_head.safetensors"
 RELEASE_HEAD_CONFIG = "joint_head_config.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -87,6 +89,33 @@ def vllm_globs(rel: str) -> bool:
     True for (``./x``, ``sub/../x``, ``sub/x`` never match). vLLM 0.28.0 and 0.33.0 alike
     (``filter_duplicate_safetensors_files``)."""
     return "/" not in rel and not rel.startswith(".") and rel.endswith(".safetensors")
+
+
+#: Files at the top level or in ``clef_head/`` that no loader opens: documentation, repository housekeeping
+#: and the producer's recipe. Every other file there may be read when an engine starts (see ``read_at_start``).
+NOT_READ_NAMES = frozenset({".gitattributes", ".gitignore", "recipe.yaml"})
+NOT_READ_PREFIXES = ("README", "LICENSE", "NOTICE", "CHANGELOG")
+NOT_READ_SUFFIXES = (".md", ".png", ".jpg", ".jpeg", ".gif", ".svg", ".webp")
+
+
+def read_at_start(rel: str) -> bool:
+    """Whether vLLM or the clef-vllm plugin may read checkpoint-relative path ``rel`` when an engine starts:
+    what the serving gate hashes against the download's references.
+
+    vLLM globs the top-level ``*.safetensors`` (``vllm_globs``) and reads the index; transformers' config,
+    tokenizer, processor and generation-config loaders open top-level files by name (``config.json``,
+    ``tokenizer*.json``, ``vocab.json``, ``merges.txt``, ``chat_template.jinja``, ``*processor_config.json``,
+    ``generation_config.json`` ...), a list that grows with transformers; the plugin reads ``clef_head/`` and
+    ``joint_schema_model.py``. So every file at the top level or in ``clef_head/`` counts, except the few no
+    loader opens (``NOT_READ_*``): a file wrongly counted costs a refused start on a file that did not
+    matter (the fix is the same re-download), a file wrongly left out would be served unchecked. Other
+    folders (a release's ``vllm_plugin/``, ``scripts/``) are never read by the engine.
+    """
+    parts = rel.split("/")
+    if len(parts) > 2 or (len(parts) == 2 and parts[0] != HEAD_DIR):
+        return False
+    name = parts[-1]
+    return not (name in NOT_READ_NAMES or name.startswith(NOT_READ_PREFIXES) or name.lower().endswith(NOT_READ_SUFFIXES))
 
 
 def required_files(layout: Layout) -> tuple[str, ...]:

@@ -32,11 +32,11 @@ if TYPE_CHECKING:
     from clef_format.read.checkpoint import Checkpoint
     from clef_format.read.installed_plugin import InstalledPlugin
 
-from clef_format.read.plugin_source import PLUGIN_DIR, read_bundled_plugin
+from clef_format.spec.layouts import PLUGIN_DIR
 from clef_format.spec.findings import Finding, error, warning
 
 
-def _pair(ck: Checkpoint, version: str, path: str) -> tuple[str, str, str] | None:
+def _pair(ck: Checkpoint, version: str, path: str) -> tuple[str, str, str | None] | None:
     """``None`` when clef-vllm ``version`` can serve the checkpoint, else (code, reason, fix)."""
     from clef_format.errors import IncompatibleError
     from clef_format.spec.compat import check_pair  # packaging: only when a plugin version is checked
@@ -70,6 +70,10 @@ def plugin_dir_of(ck: Checkpoint, path: str) -> str:
 
 def bundled_findings(ck: Checkpoint, path: str) -> tuple[list[Finding], list[dict[str, Any]]]:
     """The plugin shipped in ``vllm_plugin/`` against the weights beside it."""
+    if not os.path.lexists(ck.path(PLUGIN_DIR)):
+        return [], []  # nothing shipped (the common case: the reader and its ast import are not loaded)
+    from clef_format.read.plugin_source import read_bundled_plugin
+
     plugin = read_bundled_plugin(ck)
     if plugin is None:
         return [], []

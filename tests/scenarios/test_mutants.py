@@ -63,10 +63,10 @@ MUTANTS = [
     Mutant("nbytes-rounds-down", "clef_format/read/safetensors.py",
            'raise ValueError(f"{dtype}{list(shape)} is {bits} bits, not a whole number of bytes")', "pass",
            ("tests/read/test_paths.py",)),
-    # --- the int8 quantizer (quant/int8_numpy.py): bit-identical to torch, round half to even
-    Mutant("round-half-up", "clef_format/quant/int8_numpy.py",
+    # --- the int8 quantizer (quant/int8.py): bit-identical to torch, round half to even
+    Mutant("round-half-up", "clef_format/quant/int8.py",
            "np.rint(d, out=d)  # round half to even, as torch.round", "np.floor(d + 0.5, out=d)",
-           ("tests/quant/test_int8_numpy.py",), everywhere=True),
+           ("tests/quant/test_int8.py",), everywhere=True),
     # --- deep verification: a digest is equal or it is not
     Mutant("digest-prefix-compare", "clef_format/verify/deep.py",
            "elif digest != ref.digest:", "elif digest[:16] != ref.digest[:16]:",
@@ -112,7 +112,7 @@ MUTANTS = [
            "            if actual is not None and actual != digest:", "            if False:",
            ("tests/spec/test_table_content.py",)),
     Mutant("gate-skips-what-the-engine-reads-at-start", "clef_format/vllm/gate.py",
-           '        errors = [f for f in startup_findings(ck) if f.severity == "error"]', "        errors = []",
+           '    errors = [f for f in startup_findings(ck) if f.severity == "error"]', "    errors = []",
            ("tests/spec/test_table_content.py",)),
     # --- vLLM rules: re: patterns are start-anchored (re.match), and the version table
     Mutant("regex-search-not-match", "clef_format/vllm_rules/matching.py",
@@ -223,7 +223,7 @@ MUTANTS = [
            ("tests/scenarios/test_durability.py",)),
     # --- the world changes while migrate stages: proven unchanged before the swap, no deletion through a mount
     Mutant("source-not-rechecked-before-swap", "clef_format/migrate/apply.py",
-           "    _swap(target, journal, recheck)", "    _swap(target, journal)",
+           "    swap_in(target, journal, recheck)", "    swap_in(target, journal)",
            ("tests/scenarios/test_world_changes.py::test_a_refusal_names_the_command_that_redoes_the_step",)),
     Mutant("cleanup-deletes-through-a-mount", "clef_format/migrate/workspace.py",
            "    _refuse_mounts(path)\n", "",

@@ -42,7 +42,7 @@ from clef_format.fixtures.builders import BUILDS, build_checkpoint
 from clef_format.read.checkpoint import read_checkpoint
 from clef_format.spec import layouts as L
 from clef_format.verify.run import verify_checkpoint
-from tests.scenarios.header_edit import Snapshot, edit_file, edit_json, entries, sparsify
+from tests.support.header_edit import Snapshot, edit_file, edit_json, entries, sparsify
 
 WIDTHS = {8: ["I8", "U8", "F8_E4M3", "F8_E5M2"], 16: ["BF16", "F16", "I16", "U16"], 32: ["F32", "I32", "U32"],
           64: ["F64", "I64"]}
@@ -196,11 +196,13 @@ def _tensor_mutations(root: Path) -> Iterator[Mutation]:
         seen_modules.add(role)
         extra = f"{module}.bias" if "bias" not in suffixes else f"{module}.weight_zero_point"
         rows = shape[0] if shape else 1
-        yield Mutation("add", extra, lambda r, rel=rel, x=extra, n=rows: edit_file(r, rel, lambda e: e.update({x: ("BF16", (n,))})), rel)
+        yield Mutation("add", extra,
+                       lambda r, rel=rel, x=extra, n=rows: edit_file(r, rel, lambda e: e.update({x: ("BF16", (n,))})), rel)
     for rel in files:
         if rel.startswith(L.HEAD_DIR) or rel == L.RELEASE_HEAD_WEIGHTS:
             name = "extra_projection.weight"
-            yield Mutation("add", name, lambda r, rel=rel, n=name: edit_file(r, rel, lambda e: e.update({n: ("BF16", (4, 4))})), rel)
+            yield Mutation("add", name,
+                           lambda r, rel=rel, n=name: edit_file(r, rel, lambda e: e.update({n: ("BF16", (4, 4))})), rel)
 
 
 def _leaves(obj: Any, prefix: str = "") -> Iterator[tuple[str, list[str], Any]]:

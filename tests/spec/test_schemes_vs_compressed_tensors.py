@@ -17,7 +17,7 @@ from clef_format.fixtures.configs import tiny_config
 from clef_format.spec.model_spec import parse_config
 from clef_format.vllm_rules import matching as R
 from clef_format.vllm_rules import names as vllm_names
-from tests.vllm_rules.pattern_cases import IGNORES, TARGETS, quant_configs
+from tests.support.pattern_cases import IGNORES, TARGETS, quant_configs
 
 CFG = parse_config(tiny_config(4))
 MODEL = vllm_names.build(CFG)
@@ -29,7 +29,7 @@ PATTERNS = sorted(set(TARGETS) | set(IGNORES))
 @settings(max_examples=300, deadline=None)
 @given(st.sampled_from(HF_NAMES), st.sampled_from(PATTERNS))
 def test_hf_module_match_equals_is_match(name: str, pattern: str) -> None:
-    assert R._ct_match(name, pattern, vllm_names.HF_LINEAR_CLASSES) == is_match(name, LINEAR, pattern)
+    assert R.ct_match(name, pattern, vllm_names.HF_LINEAR_CLASSES) == is_match(name, LINEAR, pattern)
 
 
 @settings(max_examples=60, deadline=None)

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from clef_format.fixtures.broken import build_broken
+from tests.support.broken import build_broken
 from clef_format.fixtures.builders import build_checkpoint
-from clef_format.fixtures.hub_cache import build_hub_cache, build_local_dir, fake_commit
+from tests.support.hub_cache import build_hub_cache, build_local_dir, fake_commit
 
 ROOT = Path(__file__).resolve().parents[2]
 SETPRIV = shutil.which("setpriv")
@@ -44,7 +44,8 @@ def _env(cache: Path) -> dict[str, str]:
     return {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
 
 
-def cli(env: dict[str, str], *argv: str, prefix: list[str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def cli(env: dict[str, str], *argv: str, prefix: list[str] | None = None,
+        cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*(prefix or []), sys.executable, "-m", "clef_format", *argv], capture_output=True, text=True,
                           env=env, cwd=cwd)
 

@@ -44,7 +44,7 @@ def _listable(root: str) -> None:
                           fix="make the folder readable (permissions), or scan another root") from None
 
 
-def _walk(roots: list[str]):  # type: ignore[no-untyped-def]
+def _walk(roots: list[str]):
     from clef_format.errors import PathNotFound, UsageError
     from clef_format.read.copies import cache_copies, folder_copies
     from clef_format.read.hf_cache import hub_cache
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     return finish(report, args.json, human)
 
 
-def _with(report: Report, extra: dict) -> Report:  # type: ignore[type-arg]
+def _with(report: Report, extra: dict) -> Report:
     from clef_format.report import make_report
 
     return make_report(report.command, report.path, report.layout, report.findings, {**report.details, **extra})
@@ -136,11 +136,6 @@ def scan_report(roots: list[str], rows: list[Row], limits: tuple[str, ...]) -> R
                        {"roots": list(roots) or [hub_cache()], "rows": [r.to_dict() for r in rows], "totals": totals})
 
 
-def printable(text: str) -> str:
-    """``text`` on one line: control characters (a newline in a folder name) escaped, as Python writes them."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
 def fix_commands(rows: list[Row], into: str) -> list[dict[str, str]]:
     """Per BROKEN copy: the command that fixes it (a migrate), or the advice when no command can."""
     import re
@@ -169,6 +164,8 @@ def fix_commands(rows: list[Row], into: str) -> list[dict[str, str]]:
 def fix_script(rows: list[Row], into: str) -> str:
     """``--fixable`` as text: one runnable command per line; advice that is no command as a comment, on one
     line whatever the folder's name holds (a newline in it could otherwise end the comment)."""
+    from clef_format.cli.render import printable
+
     lines = []
     for item in fix_commands(rows, into):
         if "command" in item and item["command"].isprintable():

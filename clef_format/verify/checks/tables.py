@@ -8,7 +8,6 @@ if TYPE_CHECKING:
 
 from clef_format.read.checkpoint import Checkpoint
 from clef_format.read.safetensors import Header
-from clef_format.read.table_scan import scan_tables
 from clef_format.spec import layouts as L
 from clef_format.spec import tables_format as TF
 from clef_format.spec.findings import Finding, error, warning
@@ -49,6 +48,8 @@ def table_content_findings(ck: Checkpoint) -> list[Finding]:
     (layout-1, the release: all finite). What ``verify --deep``, the serving gate, the marker repair
     and migrate add to ``check_tables``, which applies the scale rule on every path (it reads only
     the scales). One pass over the file (``read.table_scan``)."""
+    from clef_format.read.table_scan import scan_tables  # the full read: deep, gate and migrate only
+
     out: list[Finding] = []
     header = ck.headers.get(L.TABLES)
     if header is not None:
@@ -69,7 +70,7 @@ def table_content_findings(ck: Checkpoint) -> list[Finding]:
         info = ck.backbone.get(table)
         rel = ck.tensor_file.get(table)
         hdr = ck.headers.get(rel) if rel else None
-        if info is None or hdr is None or info.dtype not in TF.FLOAT_TABLE_DTYPES:
+        if info is None or rel is None or hdr is None or info.dtype not in TF.FLOAT_TABLE_DTYPES:
             continue
         width = 4 if info.dtype == "F32" else 2
         with open(ck.path(rel), "rb") as fh:
@@ -119,7 +120,8 @@ def check_tables(ck: Checkpoint) -> Iterator[Finding]:
             yield error("table-shape", f"{L.TABLES} lacks {name}", file=L.TABLES, tensor=name, fix=_FIX)
         elif info.dtype != dtype or info.shape != shape:
             yield error("table-shape",
-                        f"{name} is {info.dtype}{list(info.shape)}, expected {dtype}{list(shape)} (vocab {vocab}, hidden {hidden})",
+                        f"{name} is {info.dtype}{list(info.shape)}, expected {dtype}{list(shape)} "
+                        f"(vocab {vocab}, hidden {hidden})",
                         file=L.TABLES, tensor=name, fix=_FIX)
     for name in sorted(set(header.tensors) - set(expected)):
         yield warning("table-shape", f"{L.TABLES} holds {name}, which the format does not define: the plugin reads "
