@@ -351,6 +351,10 @@ MUTANTS = [
     Mutant("install-reports-nothing", "clef_format/vllm/install.py",
            "        done[path] = type(module).__name__\n", "",
            ("tests/hooks/test_hooks.py::test_install_reports_what_it_put_where",)),
+    Mutant("head-refusal-miscounts", "clef_format/vllm/head.py",
+           'more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""',
+           'more = f" (and {len(problems)} more)" if len(problems) > 1 else ""',
+           ("tests/hooks/test_plugin_head.py::test_the_refusal_counts_the_other_problems_and_says_what_to_do",)),
 ]
 
 
