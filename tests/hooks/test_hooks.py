@@ -407,3 +407,33 @@ def test_install_on_a_model_without_the_tables_names_its_class() -> None:
     with pytest.raises(LookupError, match=r"^Linear has none of \('language_model\.model\.embed_tokens', "
                                           r"'model\.embed_tokens'\): not a vLLM Qwen3\.5 model$"):
         install_int8_tables(torch.nn.Linear(2, 2), _tables())
+
+
+def test_the_int8_module_built_from_a_whole_table_with_its_defaults() -> None:
+    """A plugin building the module from one whole table gives only the rows, the scales and the
+    vocabulary size: the defaults make it the whole table on one rank, which decodes every id."""
+    q, scale = table()
+    m = Int8VocabEmbedding(q, scale, q.shape[0])
+    assert (m.vocab_start, m.vocab_end, m.tp_size) == (0, q.shape[0], 1)
+    ids = torch.arange(q.shape[0])
+    assert torch.equal(m(ids), dequantize_rows(q, scale, torch.bfloat16))
+
+
+@pytest.mark.parametrize("q_dtype, s_dtype", [(torch.int16, torch.float32), (torch.int8, torch.float16),
+                                              (torch.uint8, torch.float64)])
+def test_the_int8_module_refuses_rows_or_scales_of_another_dtype(q_dtype: Any, s_dtype: Any) -> None:
+    q, scale = table()
+    with pytest.raises(TypeError) as exc:
+        Int8VocabEmbedding(q.to(q_dtype), scale.to(s_dtype), q.shape[0])
+    assert str(exc.value) == f"need I8 rows and F32 scales, got {q_dtype} and {s_dtype}"
+
+
+def test_the_int8_module_refuses_scales_of_another_shape_and_a_partial_table_without_tp() -> None:
+    q, scale = table()
+    with pytest.raises(ValueError) as exc:
+        Int8VocabEmbedding(q, scale[:, 0], q.shape[0])  # the scales' column dropped
+    assert str(exc.value) == (f"shard [0, {q.shape[0]}) does not match rows {tuple(q.shape)} "
+                              f"and scales {(q.shape[0],)}")
+    with pytest.raises(ValueError) as exc:
+        Int8VocabEmbedding(q[:100], scale[:100], q.shape[0], 0, 100)
+    assert str(exc.value) == "without tensor parallelism the module holds the whole table"

@@ -355,6 +355,10 @@ MUTANTS = [
            'more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""',
            'more = f" (and {len(problems)} more)" if len(problems) > 1 else ""',
            ("tests/hooks/test_plugin_head.py::test_the_refusal_counts_the_other_problems_and_says_what_to_do",)),
+    Mutant("int8-module-dtype-check-needs-both-wrong", "clef_format/vllm/int8_tables.py",
+           "if q_shard.dtype != torch.int8 or scale_shard.dtype != torch.float32:",
+           "if q_shard.dtype != torch.int8 and scale_shard.dtype != torch.float32:",
+           ("tests/hooks/test_hooks.py::test_the_int8_module_refuses_rows_or_scales_of_another_dtype",)),
 ]
 
 
