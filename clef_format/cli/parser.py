@@ -44,12 +44,13 @@ def _available() -> dict[str, tuple[str, str]]:
     return {name: spec for name, spec in COMMANDS.items() if find_spec(f"clef_format.cli.commands.{spec[0]}")}
 
 
-def _canonical(value: object) -> object:
-    """The same value however it was typed: ``DIR`` and ``DIR/``, ``0.28`` and ``0.28.0``."""
+def _canonical(value: object, dest: str = "") -> object:
+    """The same value however it was typed: ``DIR`` and ``DIR/``, ``0.28`` and ``0.28.0``. The version
+    rule is for version options only: ``--output 0.28 --output 0.28/`` is one folder."""
     if not isinstance(value, str):
         return value
     parts = value.split(".")
-    if all(p.isdigit() for p in parts) and 2 <= len(parts) <= 3:  # a vLLM version: major.minor[.patch]
+    if dest.endswith("version") and all(p.isdigit() for p in parts) and 2 <= len(parts) <= 3:  # major.minor[.patch]
         return tuple(int(p) for p in parts) + (0,) * (3 - len(parts))
     return os.path.abspath(value)  # a path: DIR, DIR/, ./DIR and /abs/DIR are one folder
 
@@ -61,7 +62,7 @@ class _StoreOnce(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
                  option_string: str | None = None) -> None:
         given = namespace.__dict__.setdefault("_given", {})
-        if self.dest in given and _canonical(given[self.dest]) != _canonical(values):
+        if self.dest in given and _canonical(given[self.dest], self.dest) != _canonical(values, self.dest):
             parser.error(f"{option_string} given twice ({given[self.dest]}, then {values}): give it once")
         given[self.dest] = values
         setattr(namespace, self.dest, values)

@@ -197,3 +197,41 @@ def test_an_in_process_caller_gets_its_gc_thresholds_back(built, capsys):
         assert gc.get_threshold() == (701, 11, 12)
     finally:
         gc.set_threshold(*before)
+
+
+def test_codes_text_lists_every_code_with_its_meaning_one_per_line(capsys):
+    """`clef-format codes` (text): one line per finding code, the code padded to a column, then its
+    meaning, in the order of the JSON list."""
+    assert main(["codes", "--json"]) == 0
+    codes = json.loads(capsys.readouterr().out)["codes"]
+    assert main(["codes"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"{code:24} {meaning}" for code, meaning in codes.items()]
+
+
+def test_codes_help_says_what_json_does(capsys):
+    assert main(["codes", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert any(line.split() == ["--json", "print", "one", "JSON", "object", "on", "stdout"] for line in out.splitlines())
+
+
+@pytest.mark.parametrize("name", ["7", "0.28", "1.2.3.4"])
+def test_an_output_folder_given_twice_with_and_without_slash_is_one_folder(built, tmp_path, monkeypatch, capsys, name):
+    """`--output 7 --output 7/` names one folder, however digit-like its name: not "given twice"."""
+    monkeypatch.chdir(tmp_path)
+    rc = main(["migrate", str(built("layout-1")), "--to", "layout-2", "--output", name, "--output", f"{name}/",
+               "--dry-run", "--json"])
+    payload = json.loads(capsys.readouterr().out)
+    assert rc == 0, payload["findings"]
+    assert os.path.abspath(payload["output"]) == str(tmp_path / name)
+
+
+def test_a_version_given_twice_in_two_spellings_is_one_version(built, capsys):
+    rc = main(["verify", str(built()), "--vllm-version", "0.33", "--vllm-version", "0.33.0", "--json"])
+    assert rc == 0, json.loads(capsys.readouterr().out)["findings"]
+
+
+def test_an_option_given_twice_with_different_values_is_a_usage_error(built, capsys):
+    rc = main(["migrate", str(built("layout-1")), "--to", "layout-2", "--to", "layout-1", "--dry-run", "--json"])
+    payload = json.loads(capsys.readouterr().out)
+    assert rc == 2 and "--to given twice (layout-2, then layout-1): give it once" in payload["findings"][0]["message"]

@@ -353,3 +353,87 @@ def test_install_needs_a_qwen_shape() -> None:
     emb = Int8VocabEmbedding.from_table(q, scale)
     with pytest.raises(LookupError):
         install_int8_tables(torch.nn.Linear(2, 2), Int8Tables(emb, emb))
+
+
+class _TextOnly(torch.nn.Module):
+    """Where vLLM's text-only Qwen3.5 keeps its tables: ``model.embed_tokens`` and ``lm_head``."""
+
+    def __init__(self, vocab: int, hidden: int) -> None:
+        super().__init__()
+        self.model = torch.nn.Module()
+        self.model.embed_tokens = torch.nn.Embedding(vocab, hidden)
+        self.lm_head = torch.nn.Linear(hidden, vocab, bias=False)
+
+
+class _Multimodal(torch.nn.Module):
+    """The multimodal class: both tables under ``language_model``."""
+
+    def __init__(self, vocab: int, hidden: int) -> None:
+        super().__init__()
+        self.language_model = _TextOnly(vocab, hidden)
+
+
+def _tables() -> Any:
+    from clef_format.vllm import Int8Tables
+
+    q, scale = table()
+    return Int8Tables(Int8VocabEmbedding.from_table(q, scale), Int8VocabEmbedding.from_table(*table(seed=1)))
+
+
+@pytest.mark.parametrize("cls, prefix", [(_TextOnly, ""), (_Multimodal, "language_model.")], ids=["text", "multimodal"])
+def test_install_reports_what_it_put_where(cls: Any, prefix: str) -> None:
+    """The returned map is what a plugin logs: each replaced path and the class now there; the
+    modules installed are the tables' own (no copy), at vLLM's paths for each model class."""
+    m, t = cls(200, 24), _tables()
+    done = install_int8_tables(m, t)
+    assert done == {f"{prefix}model.embed_tokens": "Int8VocabEmbedding", f"{prefix}lm_head": "Int8VocabEmbedding"}
+    assert m.get_submodule(f"{prefix}model.embed_tokens") is t.embed
+    assert m.get_submodule(f"{prefix}lm_head") is t.lexical
+
+
+def test_install_leaves_lm_head_alone_when_asked() -> None:
+    """``replace_lm_head=False`` (a model whose logits vLLM must still compute): only the embedding is
+    replaced; the BF16 lm_head stays the same module with the same weights."""
+    m, t = _TextOnly(200, 24), _tables()
+    head = m.lm_head
+    before = head.weight.detach().clone()
+    done = install_int8_tables(m, t, replace_lm_head=False)
+    assert done == {"model.embed_tokens": "Int8VocabEmbedding"}
+    assert m.lm_head is head and torch.equal(m.lm_head.weight.detach(), before)
+    assert m.model.embed_tokens is t.embed
+
+
+def test_install_on_a_model_without_the_tables_names_its_class() -> None:
+    with pytest.raises(LookupError, match=r"^Linear has none of \('language_model\.model\.embed_tokens', "
+                                          r"'model\.embed_tokens'\): not a vLLM Qwen3\.5 model$"):
+        install_int8_tables(torch.nn.Linear(2, 2), _tables())
+
+
+def test_the_int8_module_built_from_a_whole_table_with_its_defaults() -> None:
+    """A plugin building the module from one whole table gives only the rows, the scales and the
+    vocabulary size: the defaults make it the whole table on one rank, which decodes every id."""
+    q, scale = table()
+    m = Int8VocabEmbedding(q, scale, q.shape[0])
+    assert (m.vocab_start, m.vocab_end, m.tp_size) == (0, q.shape[0], 1)
+    ids = torch.arange(q.shape[0])
+    assert torch.equal(m(ids), dequantize_rows(q, scale, torch.bfloat16))
+
+
+@pytest.mark.parametrize("q_dtype, s_dtype", [(torch.int16, torch.float32), (torch.int8, torch.float16),
+                                              (torch.uint8, torch.float64)])
+def test_the_int8_module_refuses_rows_or_scales_of_another_dtype(q_dtype: Any, s_dtype: Any) -> None:
+    q, scale = table()
+    with pytest.raises(TypeError) as exc:
+        Int8VocabEmbedding(q.to(q_dtype), scale.to(s_dtype), q.shape[0])
+    assert str(exc.value) == f"need I8 rows and F32 scales, got {q_dtype} and {s_dtype}"
+
+
+def test_the_int8_module_refuses_scales_of_another_shape_and_a_partial_table_without_tp() -> None:
+    q, scale = table()
+    with pytest.raises(ValueError) as exc:
+        Int8VocabEmbedding(q, scale[:, 0], q.shape[0])  # the scales' column dropped
+    assert str(exc.value) == (f"shard [0, {q.shape[0]}) does not match rows {tuple(q.shape)} "
+                              f"and scales {(q.shape[0],)}")
+    with pytest.raises(ValueError) as exc:
+        Int8VocabEmbedding(q[:100], scale[:100], q.shape[0], 0, 100)
+    assert str(exc.value) == "without tensor parallelism the module holds the whole table"

@@ -81,3 +81,27 @@ def test_the_gate_refuses_a_reference_file_the_plugin_cannot_import(fresh: Any, 
     with pytest.raises(IncompatibleError) as exc:
         check_checkpoint(root, NEW)
     assert exc.value.code == "head-code-invalid" and not marker.exists()
+
+
+@pytest.mark.parametrize("extra", [1, 2, 3])
+def test_the_refusal_counts_the_other_problems_and_says_what_to_do(fresh: Any, extra: int) -> None:
+    """What the operator reads when vLLM refuses to start: the head file, the first problem, how many
+    more there are (none said for one), and the fix, in the error's own text."""
+    root = fresh("layout-2", "bf16", head_reference="inferred")
+    cfg = {k: v for k, v in json.loads((root / L.HEAD_CONFIG).read_text()).items() if k != L.MARKER_KEY}
+    plugin = plugin_head_shapes(_head_class("inferred"), cfg)
+    for i in range(extra):
+        plugin[f"extra_scale_{i}"] = ()
+    with pytest.raises(IncompatibleError) as exc:
+        check_plugin_head(root, NEW, plugin)
+    fix = "re-download the joint head files of this revision, or install the plugin these weights were made for"
+    assert exc.value.code == "head-incomplete" and exc.value.fix == fix
+    from clef_format.verify.checks.head import exact_problems
+
+    header = read_header(root / L.HEAD_WEIGHTS)
+    problems = exact_problems(plugin, {n: (i.dtype, i.shape) for n, i in header.tensors.items()},
+                              builder="the plugin's JointSchemaHead")
+    assert len(problems) == extra
+    more = f" (and {extra - 1} more)" if extra > 1 else ""
+    assert exc.value.reason == f"{L.HEAD_WEIGHTS}: {problems[0].message}{more}"
+    assert str(exc.value) == f"[head-incomplete] {exc.value.reason}\n  fix: {fix}"
