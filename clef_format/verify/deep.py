@@ -162,7 +162,8 @@ def _hash_findings(ck: Checkpoint, refs: dict[str, Reference],
         elif digest != ref.digest:
             out.append(error(
                 "hash-mismatch",
-                f"{rel}: {ref.algorithm} expected {ref.digest} ({ref.source}), actual {digest}",
+                f"{rel}: {ref.algorithm} expected {ref.digest} ({ref.source}), actual {digest}: not the bytes that "
+                "were downloaded, so an engine would serve them as they are now (wrong answers, or a failed start)",
                 file=rel, fix=f"its content is not what was downloaded or recorded: {refetch_fix(ck, rel, ref)}"))
     return out
 
