@@ -18,6 +18,8 @@ TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to
 if TYPE_CHECKING:
     from typing import Any, Iterable, Mapping
 
+    from clef_format.spec.findings import Severity
+
 #: The keys every command's JSON object starts with; a command's own keys follow and never clash.
 ENVELOPE_KEYS = ("command", "path", "layout", "ok", "findings")
 
@@ -65,7 +67,7 @@ def cap_findings(findings: Iterable[Finding]) -> tuple[list[Finding], dict[str, 
     returns ``{"code/severity": N}`` of what was left out. A class of exactly one more than the cap is kept
     whole (a summary would save nothing), which makes capping a capped list change nothing."""
     findings = list(findings)
-    counts: dict[tuple[str, str], int] = {}
+    counts: dict[tuple[str, Severity], int] = {}
     for f in findings:
         key = (f.code, f.severity)
         counts[key] = counts.get(key, 0) + 1
@@ -73,7 +75,7 @@ def cap_findings(findings: Iterable[Finding]) -> tuple[list[Finding], dict[str, 
     if not over:
         return findings, {}
     kept: list[Finding] = []
-    seen: dict[tuple[str, str], int] = {}
+    seen: dict[tuple[str, Severity], int] = {}
     for f in findings:
         key = (f.code, f.severity)
         if key in over:

@@ -43,7 +43,8 @@ def render_report(report: Report, title: str | None = None, layout_text: str | N
     verdict = style("OK", "green", True) if report.ok else style("BROKEN", "error", True)
     lines = [
         f"{style(title or report.command, bold=True)} {report.path}",
-        f"  layout   {layout_text or (style(report.layout, bold=True) if report.layout is not None else '- (no checkpoint there)')}",
+        "  layout   " + (layout_text or (style(report.layout, bold=True) if report.layout is not None
+                                        else "- (no checkpoint there)")),
         f"  result   {verdict}  ({errors} error(s), {warnings} warning(s))",
     ]
     files = d.get("files") or {}
@@ -137,7 +138,8 @@ def render_migrate(report: Report) -> str:
                        f"{style(report.layout, bold=True)}")
     lines = [render_report(report, layout_text=layout_text)]
     if d.get("revision") is not None or d.get("pending"):
-        lines.append(f"  revision {d.get('revision')}" + (f"   interrupted run pending: {d['pending']}" if d.get("pending") else ""))
+        pending = f"   interrupted run pending: {d['pending']}" if d.get("pending") else ""
+        lines.append(f"  revision {d.get('revision')}" + pending)
     for note in d.get("recovered") or []:
         lines.append(f"  recovery {note}")
     for step in d.get("steps", []):

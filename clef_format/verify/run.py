@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
 from clef_format.read.checkpoint import Checkpoint, open_checkpoint
 from clef_format.report import Report, ReportDraft
-from clef_format.spec.findings import Finding, error
+from clef_format.spec.findings import Finding
 from clef_format.verify.checks import CHECKS
 
 

@@ -109,11 +109,12 @@ def judge(copy: Copy, deep: bool = False, installed: InstalledPlugin | None = No
     return Row(copy, report, verdict_of(report), serves, files, first_fix(report))
 
 
-def _judged(copy: Copy, deep: bool, installed: InstalledPlugin | None) -> tuple:  # type: ignore[type-arg]
+def _judged(copy: Copy, deep: bool, installed: InstalledPlugin | None) -> Row:
     """``judge`` in a worker process: the row as plain picklable parts (a report's details are read-only)."""
     row = judge(copy, deep, installed)
     r = row.report
-    return row._replace(report=(r.command, r.path, r.layout, r.findings, dict(r.details)))
+    # the report as a plain tuple, for pickling; _rebuilt makes it a Report again
+    return row._replace(report=(r.command, r.path, r.layout, r.findings, dict(r.details)))  # type: ignore[arg-type]
 
 
 def _rebuilt(parts: Row) -> Row:

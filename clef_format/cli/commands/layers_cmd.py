@@ -20,7 +20,7 @@ def run(args: argparse.Namespace) -> int:
 
     report = layers_report(args.path, args.vllm_version)
 
-    def human(r):  # type: ignore[no-untyped-def]
+    def human(r):
         text = render_report(r, title="layers") if r.findings or "rows" not in r.details else ""
         if "rows" in r.details:
             text = "\n\n".join(t for t in (text, f"vLLM {r.details['vllm_version']} rules") if t)

@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     with TerminalProgress() as progress:
         report = make_manifest(args.path, force=args.force, progress=progress)
 
-    def human(r):  # type: ignore[no-untyped-def]
+    def human(r):
         d = r.details
         if d.get("written"):
             return f"wrote {d['written']}: {d['files']} file(s), {d['bytes'] / 1e9:.2f} GB, {d['algorithm']}"

@@ -44,7 +44,7 @@ def _listable(root: str) -> None:
                           fix="make the folder readable (permissions), or scan another root") from None
 
 
-def _walk(roots: list[str]):  # type: ignore[no-untyped-def]
+def _walk(roots: list[str]):
     from clef_format.errors import PathNotFound, UsageError
     from clef_format.read.copies import cache_copies, folder_copies
     from clef_format.read.hf_cache import hub_cache
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     return finish(report, args.json, human)
 
 
-def _with(report: Report, extra: dict) -> Report:  # type: ignore[type-arg]
+def _with(report: Report, extra: dict) -> Report:
     from clef_format.report import make_report
 
     return make_report(report.command, report.path, report.layout, report.findings, {**report.details, **extra})

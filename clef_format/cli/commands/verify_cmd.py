@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     extra = {"vllm_version": args.vllm_version, **({"layers": view.to_dict()} if view is not None else {})}
     report = make_report(report.command, report.path, report.layout, report.findings, {**report.details, **extra})
 
-    def human(r):  # type: ignore[no-untyped-def]
+    def human(r):
         from clef_format.cli.render import render_layers, render_report  # text only: --json never loads it
 
         return render_report(r) + ("\n\n" + render_layers(r.details["layers"]) if view is not None else "")
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     return finish(report, args.json, human)
 
 
-def _layers(ck, version):  # type: ignore[no-untyped-def]
+def _layers(ck, version):
     """The per-layer view of ``clef-format layers``, when config.json can give one."""
     from clef_format.spec.layouts import TABLES
     from clef_format.spec.model_spec import ConfigError

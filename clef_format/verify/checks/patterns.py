@@ -18,7 +18,7 @@ from clef_format.records import Record
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
-    from typing import Any, Iterable
+    from typing import Any, Iterable, Mapping
 
 from clef_format.spec import schemes
 from clef_format.spec.findings import Finding, Severity
@@ -58,7 +58,7 @@ def summarize(names: Iterable[str], limit: int = 6) -> str:
 def _ranges(idx: list[int]) -> str:
     out: list[str] = []
     start = prev = idx[0]
-    for i in idx[1:] + [None]:  # type: ignore[list-item]
+    for i in [*idx[1:], None]:
         if i is not None and i == prev + 1:
             prev = i
             continue
@@ -243,7 +243,7 @@ def _version_findings(model_cfg: ModelConfig, backbone: dict[str, Any],
     if raw is None:
         qc = None
         decisions = [R.Decision(l.name, schemes.UNQUANTIZED) for l in model.layers]
-        hf: dict[str, R.HfDecision] = {}
+        hf: Mapping[str, R.HfDecision] = {}
         in_play: frozenset[str] | None = frozenset()
     else:
         try:
@@ -341,9 +341,9 @@ def _class_name_finding(model: VllmModel, target: str, mapped: str) -> Finding:
     return Finding(
         "pattern-class-name", "warning",
         f"target '{target}' matches vLLM layers only by their class name ({', '.join(classes)}: {summarize(hits)}), "
-        "and vLLM quantizes those it does not ignore; compressed-tensors matches a class name only when it is exactly the module's class "
-        "and a re: pattern only against module names, so for the quantizer and transformers this target matches no "
-        "module (transformers would load these layers unquantized)",
+        "and vLLM quantizes those it does not ignore; compressed-tensors matches a class name only when it is exactly "
+        "the module's class and a re: pattern only against module names, so for the quantizer and transformers this "
+        "target matches no module (transformers would load these layers unquantized)",
         file=CONFIG_FILE, module=hits[0],
         fix=f"use '{fixed}' instead of '{target}'" if fixed else "rewrite the target against module names "
         "(`clef-format layers PATH` lists vLLM's)")
@@ -367,7 +367,8 @@ def _label(h: R.HfDecision | None) -> str:
     return f"{h.scheme} via '{h.target}'"
 
 
-def _layer_issues(layer: VllmLayer, d: R.Decision, hf: dict[str, R.HfDecision], stored: dict[str, str | None]) -> list[_Issue]:
+def _layer_issues(layer: VllmLayer, d: R.Decision, hf: Mapping[str, R.HfDecision],
+                  stored: dict[str, str | None]) -> list[_Issue]:
     out: list[_Issue] = []
     shard_hf = [hf.get(s.name) for s in layer.shards]
     if d.error is not None:
