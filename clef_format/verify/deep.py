@@ -108,10 +108,15 @@ def gather_references(ck: Checkpoint) -> tuple[dict[str, Reference], list[str], 
     return refs, unchecked, findings
 
 
-def _unchecked_findings(ck: Checkpoint, unchecked: list[str], checked: int) -> list[Finding]:
-    fix = f"clef-format manifest {ck.root}  (records BLAKE3 digests that later --deep runs check)"
+def unchecked_fix(ck: Checkpoint) -> str:
+    """How files with nothing to be checked against get a reference."""
     if ck.hf_snapshot:
-        fix = "re-download the snapshot; files in a cache snapshot should be symlinks to blobs/<etag>"
+        return "re-download the snapshot; files in a cache snapshot should be symlinks to blobs/<etag>"
+    return f"clef-format manifest {ck.root}  (records BLAKE3 digests that later --deep runs and the serving gate check)"
+
+
+def _unchecked_findings(ck: Checkpoint, unchecked: list[str], checked: int) -> list[Finding]:
+    fix = unchecked_fix(ck)
     if not unchecked:
         return []
     if not checked:
@@ -162,7 +167,8 @@ def _hash_findings(ck: Checkpoint, refs: dict[str, Reference],
         elif digest != ref.digest:
             out.append(error(
                 "hash-mismatch",
-                f"{rel}: {ref.algorithm} expected {ref.digest} ({ref.source}), actual {digest}",
+                f"{rel}: {ref.algorithm} expected {ref.digest} ({ref.source}), actual {digest}: not the bytes that "
+                "were downloaded, so an engine would serve them as they are now (wrong answers, or a failed start)",
                 file=rel, fix=f"its content is not what was downloaded or recorded: {refetch_fix(ck, rel, ref)}"))
     return out
 

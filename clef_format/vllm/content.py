@@ -163,10 +163,11 @@ class ContentCheck:
             first = (root, unchecked) not in _logged
             _logged.add((root, unchecked))
         if unchecked and first:
+            from clef_format.verify.deep import unchecked_fix
+
             log.warning("clef-format gate: %d file(s) of %s have no download reference and were not checked: %s "
-                        "(no Hugging Face cache blob name, no local_dir download metadata, no %s entry; "
-                        "`clef-format manifest %s` records one)", len(unchecked), root, ", ".join(unchecked),
-                        MANIFEST_NAME, root)
+                        "(no Hugging Face cache blob name, no local_dir download metadata, no %s entry); fix: %s",
+                        len(unchecked), root, ", ".join(unchecked), MANIFEST_NAME, unchecked_fix(self.ck))
         for f in unusable:
             if first:
                 log.warning("clef-format gate: a reference could not be used (%s): %s", f.code, f.message)

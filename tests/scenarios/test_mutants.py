@@ -114,6 +114,14 @@ MUTANTS = [
     Mutant("gate-skips-what-the-engine-reads-at-start", "clef_format/vllm/gate.py",
            '    errors = [f for f in startup_findings(ck) if f.severity == "error"]', "    errors = []",
            ("tests/spec/test_table_content.py",)),
+    # --- the gate's content check: every file the engine reads, hashed again after any change
+    Mutant("gate-hashes-safetensors-only", "clef_format/vllm/content.py",
+           "    return rel == MANIFEST_NAME or read_at_start(rel)", '    return rel.endswith(".safetensors")',
+           ("tests/hooks/test_gate_hash.py",)),
+    Mutant("gate-memo-ignores-change-times", "clef_format/vllm/content.py",
+           "    return (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)",
+           "    return (path, st.st_dev, st.st_ino, st.st_size)",
+           ("tests/hooks/test_gate_hash.py::test_a_change_after_a_served_start_is_seen_by_the_next_gate",)),
     # --- vLLM rules: re: patterns are start-anchored (re.match), and the version table
     Mutant("regex-search-not-match", "clef_format/vllm_rules/matching.py",
            "        return _compile(target[3:]).match(value) is not None",
