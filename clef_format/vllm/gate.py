@@ -90,6 +90,7 @@ def check_checkpoint(source: CheckpointSource, plugin_version: str, vllm_version
     from clef_format.read.checkpoint import open_checkpoint
     from clef_format.spec.marker import MarkerError, read_marker
     from clef_format.verify.checks.startup import startup_findings
+    from clef_format.verify.options import VerifyOptions
     from clef_format.verify.run import verify_checkpoint
     from clef_format.vllm_rules.names import check_vllm_version
 
@@ -112,8 +113,8 @@ def check_checkpoint(source: CheckpointSource, plugin_version: str, vllm_version
         if ck.layout is Layout.LAYOUT_2 and not ck.has(TABLES) and TABLES not in ck.bad_headers:
             raise IncompatibleError("tables-missing", f"the marker says layout-2 but {TABLES} is missing",
                                     f"download {TABLES} from the same revision of the checkpoint")
-    ck.vllm_version = vllm_version or running_vllm()
-    errors = [f for f in verify_checkpoint(ck, path).findings if f.severity == "error"]
+    options = VerifyOptions(vllm_version=vllm_version or running_vllm())
+    errors = [f for f in verify_checkpoint(ck, path, options).findings if f.severity == "error"]
     if not errors:  # what the engine reads in full at start: every table row, the recorded digests, the tokenizer
         errors = [f for f in startup_findings(ck) if f.severity == "error"]
     if not errors:  # every backbone scale decoded, as verify --deep: vLLM serves NaN/inf from a bad one

@@ -177,7 +177,7 @@ def test_layers_of_a_valid_checkpoint_is_ok_with_verify_warnings(fresh) -> None:
     from clef_format.verify.layers import layers_report
 
     layers = layers_report(str(fresh("layout-1", "hybrid", num_layers=4)))
-    assert layers.ok and [f.code for f in layers.findings] == ["legacy-layout"] and layers.details["rows"]
+    assert layers.ok and [f.code for f in layers.findings] == ["legacy-layout"] and layers.details.view.rows
 
 
 @pytest.mark.parametrize("build", ["nvfp4", "fp8", "hybrid", "mixed", "bf16"])

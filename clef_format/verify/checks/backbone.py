@@ -11,14 +11,15 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
+    from clef_format.verify.vllm_build import VllmBuild
     from typing import Any, Iterator, Mapping
 
 from clef_format.read.checkpoint import Checkpoint
+from clef_format.verify.options import DEFAULTS, VerifyOptions
 from clef_format.spec.findings import Finding, error, warning
 from clef_format.spec.layouts import Layout
 from clef_format.spec.model_spec import (ModelConfig, kv_cache_params, linear_modules, plain_params, table_shape,
                                          unscheduled_kv_scales)
-from clef_format.vllm_rules.names import DEFAULT_VLLM
 from clef_format.spec.schemes import (
     FLOAT_DTYPES,
     SCHEME_PARAMS,
@@ -115,7 +116,7 @@ def module_params(backbone: Mapping[str, Any], modules: Any) -> dict[str, dict[s
     return out
 
 
-def check_backbone(ck: Checkpoint) -> Iterator[Finding]:
+def check_backbone(ck: Checkpoint, opts: VerifyOptions = DEFAULTS, vllm: VllmBuild | None = None) -> Iterator[Finding]:
     if ck.model is None or not ck.backbone:
         return
     cfg = ck.model
@@ -123,7 +124,7 @@ def check_backbone(ck: Checkpoint) -> Iterator[Finding]:
     accounted: set[str] = set()
     specs = linear_modules(cfg)
     params = module_params(ck.backbone, (m.name for m in specs))
-    signatures = _signatures(cfg, getattr(ck, "vllm_version", None) or DEFAULT_VLLM)
+    signatures = _signatures(cfg, opts.rules)
     casts: dict[tuple[str, str], list[str]] = {}
     for spec in specs:
         stored = params[spec.name]
