@@ -58,7 +58,7 @@ bench-install: setup
 # Regenerate fixtures/templates/*.json (the configs clef-format example writes) from transformers' and
 # compressed-tensors' own classes; tests/fixtures/test_templates.py fails while a template has drifted.
 templates: setup
-	$(VENV)/bin/python -m clef_format.fixtures.generate_templates
+	$(VENV)/bin/python scripts/generate_templates.py
 
 test-engine: setup
 	bash scripts/test-engine.sh

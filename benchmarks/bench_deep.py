@@ -154,7 +154,7 @@ def main() -> int:
         results["b_ratio"] = results["b_deep_manifest_s"] / results["b_seq_hashlib_all_s"]  # type: ignore[operator]
 
         # (a) Hugging Face etags: move the files into a real-format cache
-        from clef_format.fixtures.hub_cache import build_hub_cache
+        from tests.support.hub_cache import build_hub_cache
 
         (src / "clef_manifest.json").unlink()
         cache = base / "hub"

@@ -37,7 +37,7 @@ from typing import Callable
 
 import torch
 
-from clef_format.quant.int8 import dequantize_rows, quantize_rows
+from tests.support.torch_int8 import dequantize_rows, quantize_rows
 from clef_format.vllm.int8_gather import KernelConfig, _gather_triton, default_config, gather_rows
 
 # (case kind, number of ids, goal for fused/bf16)

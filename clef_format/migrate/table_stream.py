@@ -10,7 +10,7 @@ Three stages over a ring of preallocated slots (``WORKERS + 2`` blocks of ``IO_R
 so the cores compute while reads and writes wait on the disk. Results do not depend on the
 thread count: every block has its place in the output, and the quality figures are accounted
 in row order. Memory is fixed: the slots (input + output block each), the compute scratch of
-``quant.int8_numpy`` (a few MiB per thread) and the scales of the table (4 bytes a row).
+``quant.int8`` (a few MiB per thread) and the scales of the table (4 bytes a row).
 No torch: numpy and the standard library only.
 """
 
@@ -25,7 +25,7 @@ from typing import Callable
 import numpy as np
 
 from clef_format.migrate.writer import _advise, write_all_at
-from clef_format.quant.int8_numpy import NormLog, QualityMeter, RowDecoder, RowQuantizer, itemsize
+from clef_format.quant.int8 import NormLog, QualityMeter, RowDecoder, RowQuantizer, itemsize
 
 Tick = Callable[[int], None]
 #: Rows per read and write: 1024 x 4096 BF16 = 8 MiB read, 4 MiB written per block.

@@ -28,9 +28,8 @@ if TYPE_CHECKING:
     from clef_format.read.checkpoint import Checkpoint
 
 from clef_format.records import Record
+from clef_format.spec.layouts import PLUGIN_DIR  # the folder a release ships its plugin in
 
-#: The folder a release ships its plugin in.
-PLUGIN_DIR = "vllm_plugin"
 #: The distribution name the folder must declare (canonical form, PEP 503).
 PLUGIN_NAME = "clef-vllm"
 #: Largest packaging or module file read (the real ones are a few KB).

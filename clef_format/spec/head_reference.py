@@ -14,7 +14,10 @@ subtree it builds, never guessed: the checks fall back to facts for that part.
 
 from __future__ import annotations
 
-import ast
+# The C module's node classes (``ast`` re-exports them): ``ast.py`` itself (walk, parse, unparse) and the
+# contextlib it pulls in cost about 1.6 ms of verify's start on the 2-core VM (-X importtime), more than
+# the walk and parse below, which need only the node classes and ``compile``.
+import _ast as ast
 import math
 
 from clef_format.records import Record
@@ -248,10 +251,13 @@ class _Reader:
         self.steps = 0
         self.depth = 0
         self.classes: dict[str, ast.ClassDef] = {}
+        self.functions: dict[str, ast.FunctionDef] = {}
         self.globals: dict[str, Any] = {}
         for node in tree.body:
             if isinstance(node, ast.ClassDef):
                 self.classes[node.name] = node
+            elif isinstance(node, ast.FunctionDef):
+                self.functions[node.name] = node
             elif isinstance(node, ast.Import):
                 for a in node.names:
                     if a.asname:
@@ -405,7 +411,7 @@ class _Reader:
         return v
 
     def _truth(self, v: Any) -> bool:
-        if isinstance(v, (int, float, str, tuple, list, type(None))):
+        if isinstance(v, (int, float, str, tuple, list, dict, type(None))):
             return bool(v)
         raise _Unknown("truth value")
 
@@ -521,6 +527,12 @@ class _Reader:
                 return self._super_init(env.get("__class__"), mod, args, kwargs)
         if isinstance(func, ast.Attribute) and func.attr in _IN_PLACE:
             return None  # an in-place op on tensor data (initialization): names and shapes stay
+        if isinstance(func, ast.Attribute) and func.attr == "apply" and isinstance(func.value, ast.Name) \
+                and func.value.id == "self" and mod is not None and len(node.args) == 1 and not node.keywords:
+            fn = self._function_of(node.args[0], mod)
+            if fn is not None and _values_only(fn):
+                return None  # self.apply(init): runs on every submodule, changing values, never names or shapes
+            raise _Unknown(".apply() of a function that may change the module tree")
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self" \
                 and mod is not None and self._method_def(mod.kind, func.attr) is not None:
             args, kwargs = self._args(node, env, mod)
@@ -541,6 +553,15 @@ class _Reader:
         if isinstance(callee, _Ref):
             return self._call_ref(callee.path, args, kwargs, mod)
         raise _Unknown("call")
+
+    def _function_of(self, node: ast.AST, mod: _Module) -> ast.FunctionDef | None:
+        """The file's own function a reference names: ``self.method`` or a module-level ``function``."""
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+            found = self._method_def(mod.kind, node.attr)
+            return found[1] if found is not None else None
+        if isinstance(node, ast.Name):
+            return self.functions.get(node.id)
+        return None
 
     def _value_method(self, target: Any, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """The few methods of str and dict a head's ``__init__`` uses for names and config."""
@@ -935,7 +956,7 @@ class _Reader:
     def _self_targets(self, body: list[ast.stmt]) -> set[str]:
         names = set()
         for node in body:
-            for sub in ast.walk(node):
+            for sub in _walk(node):
                 if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and sub.value.id == "self" \
                         and isinstance(sub.ctx, ast.Store):
                     names.add(sub.attr)
@@ -1032,6 +1053,8 @@ class _Reader:
             try:
                 branch = node.body if self._truth(self.eval(node.test, env, mod)) else node.orelse
             except _Unknown:
+                if _inert(node.body + node.orelse):
+                    return  # e.g. a warning logged: neither branch can change the module tree
                 if not self._only_self_assignments(node.body + node.orelse):
                     raise _Unknown("an if the reader cannot decide") from None
                 for name in self._self_targets(node.body + node.orelse):
@@ -1040,6 +1063,43 @@ class _Reader:
             self._run(branch, env, mod)
             return
         raise _Unknown(type(node).__name__)
+
+
+#: Calls that change a module's names, shapes or dtypes (a function passed to ``apply`` must make none).
+_STRUCTURE_CALLS = {"add_module", "register_module", "register_parameter", "register_buffer", "to", "type", "half",
+                    "float", "double", "bfloat16", "apply", "append", "extend", "insert", "setattr", "delattr",
+                    "__setattr__", "__delattr__", "set_", "resize_", "as_strided_", "load_state_dict"}
+
+
+def _values_only(fn: ast.FunctionDef) -> bool:
+    """Whether a function (an initializer given to ``Module.apply``) can change only tensor values: it assigns
+    no attribute or item and calls nothing that adds, removes, reshapes or recasts a module's tensors."""
+    for sub in _walk(fn):
+        if isinstance(sub, (ast.Attribute, ast.Subscript)) and not isinstance(sub.ctx, ast.Load):
+            return False
+        if isinstance(sub, ast.Call):
+            f = sub.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+            if name is None or name in _STRUCTURE_CALLS or name in _DYNAMIC:
+                return False
+        if isinstance(sub, (ast.Global, ast.Nonlocal, ast.Lambda, ast.FunctionDef, ast.ClassDef)) and sub is not fn:
+            return False
+    return True
+
+
+def _inert(body: list[ast.stmt]) -> bool:
+    """Statements that cannot change the module tree, whichever runs: they name no ``self``, bind no name,
+    and neither raise nor leave the block (``logger.warning(...)``, ``warnings.warn(...)``, ``pass``)."""
+    for node in body:
+        if not isinstance(node, (ast.Expr, ast.Pass, ast.If)):
+            return False
+        for sub in _walk(node):
+            if isinstance(sub, ast.Name) and (sub.id in ("self", "super", "setattr") or not isinstance(sub.ctx, ast.Load)):
+                return False
+            if isinstance(sub, (ast.NamedExpr, ast.Lambda, ast.Attribute)) and not isinstance(
+                    getattr(sub, "ctx", ast.Load()), ast.Load):
+                return False
+    return True
 
 
 def _flatten(mod: _Module, prefix: str, tensors: dict[str, tuple[int, ...]], unknown: list[str]) -> None:
@@ -1062,7 +1122,7 @@ def parse_source(source: bytes) -> tuple[ast.Module | None, str]:
     except UnicodeDecodeError as exc:
         return None, f"invalid: not UTF-8 ({exc.reason} at byte {exc.start})"
     try:
-        return ast.parse(text, filename="joint_schema_model.py"), ""
+        return compile(text, "joint_schema_model.py", "exec", ast.PyCF_ONLY_AST), ""  # what ast.parse does
     except SyntaxError as exc:
         return None, f"invalid: {exc.msg} (line {exc.lineno})"
     except (RecursionError, MemoryError) as exc:
@@ -1079,6 +1139,35 @@ def under(name: str, prefixes: tuple[str, ...]) -> bool:
 #: Names whose use means the file can change what its names resolve to while it runs.
 _DYNAMIC = {"globals", "vars", "locals", "exec", "eval", "__import__", "__builtins__", "compile", "importlib",
             "__dict__", "__setattr__", "__delattr__", "__class__", "sys"}
+
+
+def _children(node: ast.AST) -> list[ast.AST]:
+    """The direct child nodes, in field order (``ast.iter_child_nodes``)."""
+    out: list[ast.AST] = []
+    for field in node._fields:
+        value = getattr(node, field, None)
+        if isinstance(value, ast.AST):
+            out.append(value)
+        elif isinstance(value, list):
+            out.extend(v for v in value if isinstance(v, ast.AST))
+    return out
+
+
+def _walk(node: ast.AST) -> list[ast.AST]:
+    """Every node under ``node``, itself first, in ``ast.walk``'s breadth-first order."""
+    out = [node]
+    i = 0
+    while i < len(out):
+        out.extend(_children(out[i]))
+        i += 1
+    return out
+
+
+def _unparse(node: ast.AST) -> str:
+    """Source text for a message (only ever on the way to a finding)."""
+    import ast as ast_py
+
+    return ast_py.unparse(node)
 
 
 def _root(node: ast.AST) -> ast.AST:
@@ -1112,8 +1201,39 @@ def _module_bindings(tree: ast.Module) -> dict[str, list[tuple[int, str]]]:
             out.setdefault(node.id, []).append((node.lineno, f"assign@{node.lineno}:{node.col_offset}"))
         if isinstance(node, ast.Lambda):
             continue
-        todo.extend(ast.iter_child_nodes(node))
+        todo.extend(_children(node))
     return out
+
+
+def _dynamic(node: ast.AST) -> str:
+    """Why this one node may make the names the reader resolves differ from what Python runs, or ""."""
+    line = getattr(node, "lineno", 0)
+    if isinstance(node, ast.Name) and node.id in _DYNAMIC:
+        return f"line {line}: {node.id}"
+    if isinstance(node, ast.Attribute) and node.attr in _DYNAMIC:
+        return f"line {line}: .{node.attr}"
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+        return f"line {line}: {type(node).__name__.lower()} {', '.join(node.names)}"
+    targets: list[ast.AST] = []
+    if isinstance(node, (ast.Assign, ast.Delete)):
+        targets = list(node.targets)
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        targets = [node.target]
+    elif isinstance(node, (ast.For, ast.With, ast.comprehension)):
+        targets = [node.target] if not isinstance(node, ast.With) else [i.optional_vars for i in node.items
+                                                                        if i.optional_vars is not None]
+    for t in targets:
+        for sub in _walk(t):
+            if isinstance(sub, (ast.Attribute, ast.Subscript)) and isinstance(sub.ctx, (ast.Store, ast.Del)):
+                root = _root(sub)
+                if not (isinstance(root, ast.Name) and root.id == "self"):
+                    return f"line {line}: assignment to {_unparse(sub)}"
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr", "getattr") \
+            and node.args:
+        root = _root(node.args[0])
+        if not (isinstance(root, ast.Name) and root.id == "self"):
+            return f"line {line}: {node.func.id}({_unparse(node.args[0])}, ...)"
+    return ""
 
 
 def tampering(tree: ast.Module) -> str:
@@ -1128,42 +1248,24 @@ def tampering(tree: ast.Module) -> str:
     shadowed = sorted((min(bindings[n])[0], n) for n in _BUILTINS if n in bindings)
     if shadowed:  # the reader resolves these as Python's builtins
         return f"line {shadowed[0][0]}: {shadowed[0][1]} is bound at module level"
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
-            return f"line {node.lineno}: from {node.module} import *"
+    star, dynamic = "", ""
+    for node in _walk(tree):  # one pass: the first star import and the first dynamic reach, in walk order
+        if not star and isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+            star = f"line {node.lineno}: from {node.module} import *"
+        if not dynamic:
+            dynamic = _dynamic(node)
+        if star:
+            break
+    if star:
+        return star
     rebound = sorted((sorted(b)[1][0], name) for name, b in bindings.items() if len({w for _, w in b}) > 1)
     if rebound:
         return f"line {rebound[0][0]}: {rebound[0][1]} is bound again at module level"
-    for node in ast.walk(tree):
-        line = getattr(node, "lineno", 0)
-        if isinstance(node, ast.Name) and node.id in _DYNAMIC:
-            return f"line {line}: {node.id}"
-        if isinstance(node, ast.Attribute) and node.attr in _DYNAMIC:
-            return f"line {line}: .{node.attr}"
-        if isinstance(node, (ast.Global, ast.Nonlocal)):
-            return f"line {line}: {type(node).__name__.lower()} {', '.join(node.names)}"
-        targets: list[ast.AST] = []
-        if isinstance(node, (ast.Assign, ast.Delete)):
-            targets = list(node.targets)
-        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-            targets = [node.target]
-        elif isinstance(node, (ast.For, ast.With, ast.comprehension)):
-            targets = [node.target] if not isinstance(node, ast.With) else [i.optional_vars for i in node.items
-                                                                            if i.optional_vars is not None]
-        for t in targets:
-            for sub in ast.walk(t):
-                if isinstance(sub, (ast.Attribute, ast.Subscript)) and isinstance(sub.ctx, (ast.Store, ast.Del)):
-                    root = _root(sub)
-                    if not (isinstance(root, ast.Name) and root.id == "self"):
-                        return f"line {line}: assignment to {ast.unparse(sub)}"
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr", "getattr") \
-                and node.args:
-            root = _root(node.args[0])
-            if not (isinstance(root, ast.Name) and root.id == "self"):
-                return f"line {line}: {node.func.id}({ast.unparse(node.args[0])}, ...)"
+    if dynamic:
+        return dynamic
     for node in tree.body:
         if isinstance(node, ast.Expr) and not isinstance(node.value, ast.Constant):
-            return f"line {node.lineno}: code run at import ({ast.unparse(node)[:60]})"
+            return f"line {node.lineno}: code run at import ({_unparse(node)[:60]})"
     return ""
 
 

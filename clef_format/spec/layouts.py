@@ -29,6 +29,8 @@ HEAD_WEIGHTS = f"{HEAD_DIR}/joint_head.safetensors"
 HEAD_CONFIG = f"{HEAD_DIR}/joint_head_config.json"
 TABLES = f"{HEAD_DIR}/tables_int8.safetensors"
 HEAD_CODE = "joint_schema_model.py"
+#: The folder a release ships its serving plugin in (``pip install ./<repo>/vllm_plugin``).
+PLUGIN_DIR = "vllm_plugin"
 RELEASE_HEAD_WEIGHTS = "joint_head.safetensors"
 RELEASE_HEAD_CONFIG = "joint_head_config.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")

@@ -68,7 +68,7 @@ _SCALE_SAFE_HIGH = bytes(range(_SCALE_MAX_BITS >> 24))  # high bytes that are ce
 
 #: The table dtypes a tables file may be made from (and a downgrade may restore).
 SOURCE_DTYPES = ("BF16", "F16", "F32")
-#: The figures ``quality`` records per table (``quant.int8_numpy.QualityMeter.figures``), each a finite number.
+#: The figures ``quality`` records per table (``quant.int8.QualityMeter.figures``), each a finite number.
 QUALITY_FIGURES = ("rel_error", "mean_row_cosine", "min_row_cosine", "max_row_rel_error")
 
 #: Metadata keys the file must carry, and the value each must have where it is fixed.

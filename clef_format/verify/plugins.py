@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from clef_format.read.checkpoint import Checkpoint
     from clef_format.read.installed_plugin import InstalledPlugin
 
-from clef_format.read.plugin_source import PLUGIN_DIR, read_bundled_plugin
 from clef_format.records import Record
+from clef_format.spec.layouts import PLUGIN_DIR
 from clef_format.spec.findings import Finding, error, warning
 
 
@@ -89,6 +89,10 @@ class PluginRow(Record):
 
 def bundled_findings(ck: Checkpoint, path: str) -> tuple[list[Finding], list[PluginRow]]:
     """The plugin shipped in ``vllm_plugin/`` against the weights beside it."""
+    if not os.path.lexists(ck.path(PLUGIN_DIR)):
+        return [], []  # nothing shipped (the common case: the reader and its ast import are not loaded)
+    from clef_format.read.plugin_source import read_bundled_plugin
+
     plugin = read_bundled_plugin(ck)
     if plugin is None:
         return [], []

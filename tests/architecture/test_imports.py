@@ -43,13 +43,16 @@ ALLOWED: dict[str, set[str]] = {
 }
 #: Third-party packages only some packages may import.
 RESTRICTED: dict[str, set[str]] = {
-    "torch": {"quant", "vllm", "fixtures"},
+    # torch only where tensors meet a device: the serving hooks and their int8 gather kernel. The torch
+    # reference quantizer and the torch test helpers live in tests/support/, outside the package.
+    "torch": {"vllm"},
     "triton": {"vllm"},
     "vllm": {"vllm"},
     "tqdm": {"cli"},
     "rich": set(),  # not a dependency any more: the progress bars are tqdm's
-    "transformers": {"fixtures"},
-    "compressed_tensors": {"fixtures"},
+    # the template sources: only scripts/generate_templates.py (make templates), outside the package
+    "transformers": set(),
+    "compressed_tensors": set(),
 }
 
 
@@ -128,25 +131,21 @@ def violations() -> list[str]:
     return bad
 
 
-#: Inside fixtures/, the modules that may import the test-tier libraries: the builders themselves (and so
-#: ``clef-format example``) need only numpy and the standard library.
-FIXTURE_HEAVY: dict[str, set[str]] = {
-    "torch": {"broken.py", "tensors.py"},  # mutating built files with safetensors.torch; tensors.as_torch
-    "safetensors": {"broken.py"},
-    "transformers": {"generate_templates.py"},  # make templates
-    "compressed_tensors": {"generate_templates.py"},
-}
+#: The libraries of the test tiers, which no module of the fixture builders may import: the builders (and
+#: so ``clef-format example``) need only numpy and the standard library.
+TEST_LIBRARIES = {"torch", "safetensors", "transformers", "compressed_tensors", "pytest", "hypothesis", "tests"}
 
 
 def test_the_fixture_builders_need_no_test_libraries() -> None:
-    bad = []
-    for path in _modules():
-        if _package(path) != "fixtures":
-            continue
-        for name in imports_of(path):
-            top = name.split(".")[0]
-            if top in FIXTURE_HEAVY and path.name not in FIXTURE_HEAVY[top]:
-                bad.append(f"fixtures/{path.name} imports {top}")
+    bad = [f"fixtures/{path.name} imports {name}" for path in _modules() if _package(path) == "fixtures"
+           for name in imports_of(path) if name.split(".")[0] in TEST_LIBRARIES]
+    assert bad == []
+
+
+def test_the_package_imports_no_test_code() -> None:
+    """Only the product ships: nothing under clef_format/ imports tests/ or scripts/ (test and maintainer code)."""
+    bad = [f"{p.relative_to(PKG)} imports {n}" for p in _modules() for n in imports_of(p)
+           if n.split(".")[0] in ("tests", "scripts")]
     assert bad == []
 
 

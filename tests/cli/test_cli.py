@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from clef_format.cli.main import main
-from clef_format.fixtures.hub_cache import build_hub_cache
+from tests.support.hub_cache import build_hub_cache
 
 CLI = [sys.executable, "-m", "clef_format"]
 

@@ -1,7 +1,7 @@
 """What a person sees, per command: every finding the fixtures produce, in text and in JSON.
 
-The broken states come from their generators (``clef_format.fixtures.broken.BROKEN`` and the hostile
-corpus ``tests.scenarios.hostile_cases.CASES``), so a state added there is checked here too. For each
+The broken states come from their generators (``tests.support.broken.BROKEN`` and the hostile
+corpus ``tests.support.hostile_cases.CASES``), so a state added there is checked here too. For each
 finding of each command the JSON carries its message and, for errors and warnings, its fix; the text
 output shows the code, the message and the fix line, warnings included (a layout-1 download keeps its
 ``migrate ... --to layout-2`` line). ``verify --layers`` keeps the per-layer view when there are errors.
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from clef_format.cli.main import main
-from clef_format.fixtures.broken import BROKEN, build_broken
-from tests.scenarios.hostile_cases import CASES, fresh_copy
+from tests.support.broken import BROKEN, build_broken
+from tests.support.hostile_cases import CASES, fresh_copy
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:

@@ -18,7 +18,7 @@ from clef_format.spec import layouts as L
 from clef_format.spec.findings import CODES
 from clef_format.spec.layouts import Layout
 from clef_format.verify.run import verify
-from tests.scenarios import hostile_cases
+from tests.support import hostile_cases
 
 VERSIONS = ("0.1.0", "0.1.9", "0.2.0", "0.2.5", "0.3.0", "1.0.0")
 

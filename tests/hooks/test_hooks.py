@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 
 from clef_format.compat import IncompatibleError
 from clef_format.fixtures.builders import HEAD_CODE
-from clef_format.quant.int8 import dequantize_rows, quantize_rows
+from tests.support.torch_int8 import dequantize_rows, quantize_rows
 from clef_format.read.checkpoint import read_checkpoint
 from clef_format.read.safetensors import read_header
 from clef_format.spec import layouts as L

@@ -17,7 +17,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clef_format.quant.int8 import dequantize_rows, quantize_rows
+from tests.support.torch_int8 import dequantize_rows, quantize_rows
 from clef_format.vllm.int8_gather import KernelConfig, default_config, gather_rows, gather_rows_shard, resolve_backend
 
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)

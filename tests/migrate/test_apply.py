@@ -23,7 +23,7 @@ from clef_format.migrate.swap import SwapFailed, _swap
 from clef_format.migrate.workspace import Lock, Target, _rmtree, fingerprint, make_target, read_journal, write_journal
 from clef_format.read.checkpoint import read_checkpoint
 from clef_format.spec import layouts as L
-from tests.migrate.helpers import file_digests, run_json, siblings, verified
+from tests.support.migrate import file_digests, run_json, siblings, verified
 
 REVISION = "0001_int8_tables"
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from clef_format.cli.main import main
-from clef_format.fixtures.hub_cache import build_hub_cache, build_local_dir
+from tests.support.hub_cache import build_hub_cache, build_local_dir
 from clef_format.read.manifest import MANIFEST_NAME
-from tests.migrate.helpers import ROOT, siblings, verified
+from tests.support.migrate import ROOT, siblings, verified
 
 SETPRIV = shutil.which("setpriv")
 UNPRIVILEGED = ([SETPRIV, "--bounding-set=-dac_override,-dac_read_search", "--"]

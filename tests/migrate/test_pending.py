@@ -19,7 +19,7 @@ import pytest
 from clef_format.migrate import crash, recovery, workspace
 from clef_format.migrate.crash import CRASH_ENV
 from clef_format.migrate.workspace import Lock, Target, make_target, write_journal
-from tests.migrate.helpers import file_digests, run_json, siblings
+from tests.support.migrate import file_digests, run_json, siblings
 
 REVISION = "0001_int8_tables"
 

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from clef_format.fixtures.hub_cache import build_hub_cache
+from tests.support.hub_cache import build_hub_cache
 from clef_format.migrate.workspace import Lock, make_target
 from clef_format.read.checkpoint import read_checkpoint
 from clef_format.read.safetensors import read_header
 from clef_format.spec import layouts as L
 from clef_format.spec import tables_format as TF
 from clef_format.verify.run import verify_checkpoint
-from tests.migrate.helpers import backbone_digests, cli, file_digests, run_json, siblings, table_bytes, verified
+from tests.support.migrate import backbone_digests, cli, file_digests, run_json, siblings, table_bytes, verified
 
 
 

@@ -16,7 +16,7 @@ import pytest
 from clef_format.migrate import writer
 from clef_format.read.safetensors import read_header
 from clef_format.spec import layouts as L
-from tests.migrate.helpers import run_json
+from tests.support.migrate import run_json
 
 
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from clef_format.cli.main import main
-from clef_format.fixtures.hub_cache import blob_of, build_hub_cache, build_local_dir, fake_commit, repo_folder
+from tests.support.hub_cache import blob_of, build_hub_cache, build_local_dir, fake_commit, repo_folder
 from clef_format.read.hashing import hash_file
 from clef_format.read.hf_cache import (PathNotFound, cache_roots, incomplete_downloads, local_dir_etag, locate_checkpoint,
                                        snapshot_blob)
-from tests.scenarios.hostile_cases import pristine
+from tests.support.hostile_cases import pristine
 
 REPO = "clef-test/clef-flash-NVFP4"
 

@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 from clef_format.read.checkpoint import read_checkpoint
 from clef_format.read.safetensors import DTYPE_BITS, HeaderError, parse_header, read_header
 from clef_format.verify.run import verify
-from tests.scenarios.hostile_cases import ours_accepts, safe_open_accepts
+from tests.support.hostile_cases import ours_accepts, safe_open_accepts
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

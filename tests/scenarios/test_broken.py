@@ -7,7 +7,7 @@ import json
 import pytest
 
 from clef_format.cli.main import main
-from clef_format.fixtures.broken import BROKEN, build_broken
+from tests.support.broken import BROKEN, build_broken
 from clef_format.spec.findings import CODES
 from clef_format.verify.run import verify
 

@@ -30,8 +30,8 @@ from typing import Any, Callable
 import pytest
 
 from clef_format.cli.main import main
-from tests.migrate.helpers import verified
-from tests.scenarios.libc_wrap import Libc
+from tests.support.migrate import verified
+from tests.support.libc_wrap import Libc
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 

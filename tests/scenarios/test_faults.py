@@ -32,8 +32,8 @@ from typing import Any, Callable
 import pytest
 
 from clef_format.cli.main import main
-from tests.migrate.helpers import backbone_digests, siblings, table_bytes, verified
-from tests.scenarios.libc_wrap import Libc
+from tests.support.migrate import backbone_digests, siblings, table_bytes, verified
+from tests.support.libc_wrap import Libc
 
 MIGRATE_DIR = str(Path(__file__).resolve().parents[2] / "clef_format" / "migrate") + os.sep
 #: Library files whose OS calls are made on behalf of the migrate line that called them.

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from clef_format.cli.main import main
-from clef_format.fixtures.broken import BROKEN, build_broken
+from tests.support.broken import BROKEN, build_broken
 from clef_format.verify.run import verify
 from tests.verify.test_config_rules import CASES as CONFIG_CASES
 from tests.verify.test_config_rules import apply_set_fix, broken, findings_for

@@ -24,7 +24,7 @@ from clef_format.spec.joint_head import HeadConfigError, parse_head_config
 from clef_format.spec.marker import MarkerError, parse_marker
 from clef_format.spec.model_spec import ConfigError, linear_modules, parse_config, plain_params
 from clef_format.verify.checks import CHECKS
-from tests.scenarios.hostile_cases import pristine
+from tests.support.hostile_cases import pristine
 
 FUZZ = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

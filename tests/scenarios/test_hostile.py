@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from clef_format.cli.main import main
 from clef_format.read.safetensors import HeaderError, read_header
-from tests.scenarios.hostile_cases import (
+from tests.support.hostile_cases import (
     CASES,
     CASES_BY_NAME,
     NOTE_CASES,

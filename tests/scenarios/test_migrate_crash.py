@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from clef_format.cli.main import main
-from tests.migrate.helpers import backbone_digests, cli, file_digests, siblings, table_bytes, verified
+from tests.support.migrate import backbone_digests, cli, file_digests, siblings, table_bytes, verified
 
 # (phase, n): lock; journal writes (start, each finished file, staged, swapped); stage ticks and files
 # in the middle of writing; verify of the new tree; before / after the atomic swap; the cleanup steps.

@@ -63,10 +63,10 @@ MUTANTS = [
     Mutant("nbytes-rounds-down", "clef_format/read/safetensors.py",
            'raise ValueError(f"{dtype}{list(shape)} is {bits} bits, not a whole number of bytes")', "pass",
            ("tests/read/test_paths.py",)),
-    # --- the int8 quantizer (quant/int8_numpy.py): bit-identical to torch, round half to even
-    Mutant("round-half-up", "clef_format/quant/int8_numpy.py",
+    # --- the int8 quantizer (quant/int8.py): bit-identical to torch, round half to even
+    Mutant("round-half-up", "clef_format/quant/int8.py",
            "np.rint(d, out=d)  # round half to even, as torch.round", "np.floor(d + 0.5, out=d)",
-           ("tests/quant/test_int8_numpy.py",), everywhere=True),
+           ("tests/quant/test_int8.py",), everywhere=True),
     # --- deep verification: a digest is equal or it is not
     Mutant("digest-prefix-compare", "clef_format/verify/deep.py",
            "elif digest != ref.digest:", "elif digest[:16] != ref.digest[:16]:",

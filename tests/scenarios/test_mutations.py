@@ -42,7 +42,7 @@ from clef_format.fixtures.builders import BUILDS, build_checkpoint
 from clef_format.read.checkpoint import read_checkpoint
 from clef_format.spec import layouts as L
 from clef_format.verify.run import verify_checkpoint
-from tests.scenarios.header_edit import Snapshot, edit_file, edit_json, entries, sparsify
+from tests.support.header_edit import Snapshot, edit_file, edit_json, entries, sparsify
 
 WIDTHS = {8: ["I8", "U8", "F8_E4M3", "F8_E5M2"], 16: ["BF16", "F16", "I16", "U16"], 32: ["F32", "I32", "U32"],
           64: ["F64", "I64"]}

@@ -26,7 +26,7 @@ from typing import Callable
 import pytest
 
 from clef_format.migrate import crash
-from tests.migrate.helpers import file_digests, run_json, siblings, verified
+from tests.support.migrate import file_digests, run_json, siblings, verified
 
 NOTE = b"a note the user keeps beside the weights\n"
 

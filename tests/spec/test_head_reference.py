@@ -9,6 +9,7 @@ never crash the reader.
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,14 +32,18 @@ def _torch_state(path: Path, config: dict) -> dict[str, tuple[int, ...]]:
     spec = importlib.util.spec_from_file_location(f"ref_{path.stem}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    with torch.device("meta"):
-        head = module.JointSchemaHead(**config)
+    sys.modules[spec.name] = module  # as an import does (dataclasses look their module up there)
+    try:
+        spec.loader.exec_module(module)
+        with torch.device("meta"):
+            head = module.JointSchemaHead(**config)
+    finally:
+        sys.modules.pop(spec.name, None)
     return {k: tuple(v.shape) for k, v in head.state_dict().items()}
 
 
 def test_there_are_several_reference_definitions() -> None:
-    assert {"inferred", "release", "rms_blocks", "subclassed", "helpers"} <= set(REFERENCES)
+    assert {"inferred", "release", "rms_blocks", "subclassed", "helpers", "conventional"} <= set(REFERENCES)
 
 
 @pytest.mark.parametrize("config", [RELEASE_CONFIG, TINY, ODD], ids=["release", "tiny", "odd"])
@@ -121,6 +126,14 @@ HEAD = "import torch\nfrom torch import nn\n\nclass JointSchemaHead(nn.Module):\
     ("self.a = nn.Linear(width, 2)\n        self.b = nn.ModuleList([nn.Linear(2, 2) for _ in range(10**9)])\n", ("b",)),
     ("self.a = nn.Linear(width, 2)\n        self.b = nn.Linear(10**10**10, 2)\n", ("b",)),
     ("self.a = nn.Linear(width, 2)\n        self.apply(init)\n", ("",)),  # apply may do anything to any module
+    # apply of the file's own function that adds a module, or recasts one: not followed
+    ("self.a = nn.Linear(width, 2)\n        self.apply(self._grow)\n\n    def _grow(self, m):\n"
+     "        m.add_module('extra', nn.Linear(2, 2))\n", ("",)),
+    ("self.a = nn.Linear(width, 2)\n        self.apply(self._cast)\n\n    def _cast(self, m):\n        m.bfloat16()\n",
+     ("",)),
+    # an undecided if that binds a name used later is not skipped
+    ("self.a = nn.Linear(width, 2)\n        if torch.cuda.is_available():\n            width = 4\n"
+     "        self.b = nn.Linear(width, 2)\n", ("",)),
     ("self.a = nn.Linear(width, 2)\n        self.s = nn.Parameter(torch.tensor(math.exp(1e6)))\n", ("s",)),
     ("self.a = nn.Linear(width, 2)\n        self.b = nn.Linear(int(math.sqrt(width)), 2)\n", ()),
 ])
@@ -264,6 +277,10 @@ def test_an_untampered_file_with_its_own_norm_class_is_read(tmp_path: Path) -> N
     "('act', nn.GELU())]))\n        self.d = nn.ModuleDict(dict(x=nn.Linear(2, 2)))\n        self.d['y'] = nn.Linear(3, 3)\n",
     "import torch.nn as tnn\n        self.b = tnn.Linear(width, 2)\n",
     "self.b = self.format(width)\n\n    def format(self, w):\n        return nn.Linear(w, 3)\n",
+    # an undecided if that only logs, and an initializer given to apply: names and shapes stay
+    "if torch.cuda.is_available():\n            print('on a GPU')\n        self.b = nn.Linear(width, 2)\n",
+    "self.b = nn.Linear(width, 2)\n        self.apply(self._init)\n\n    def _init(self, m):\n"
+    "        if isinstance(m, nn.Linear):\n            nn.init.zeros_(m.weight)\n",
 ])
 def test_the_reader_follows_plain_python_as_torch_runs_it(tmp_path: Path, body: str) -> None:
     code = HEAD + "        " + body

@@ -17,7 +17,7 @@ from clef_format.fixtures.configs import tiny_config
 from clef_format.spec.model_spec import parse_config
 from clef_format.vllm_rules import matching as R
 from clef_format.vllm_rules import names as vllm_names
-from tests.vllm_rules.pattern_cases import IGNORES, TARGETS, quant_configs
+from tests.support.pattern_cases import IGNORES, TARGETS, quant_configs
 
 CFG = parse_config(tiny_config(4))
 MODEL = vllm_names.build(CFG)

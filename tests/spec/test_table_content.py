@@ -22,8 +22,8 @@ from clef_format.read.table_scan import scan_tables
 from clef_format.spec import layouts as L
 from clef_format.spec import tables_format as TF
 from clef_format.verify.run import verify
-from tests.scenarios.header_edit import poke, reseal_digests
-from tests.scenarios.hostile_cases import edit_header
+from tests.support.header_edit import poke, reseal_digests
+from tests.support.hostile_cases import edit_header
 
 EMBED, LM = L.EMBED_TOKENS, L.LM_HEAD
 

@@ -18,7 +18,7 @@ from clef_format.read.safetensors import read_header
 from clef_format.spec import layouts as L
 from clef_format.spec import tables_format as TF
 from clef_format.verify.run import verify
-from tests.scenarios.header_edit import reseal_digests
+from tests.support.header_edit import reseal_digests
 
 
 def _poke(path, name, offset, data: bytes) -> None:

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from clef_format.quant.int8 import dequantize_rows
+from tests.support.torch_int8 import dequantize_rows
 from clef_format.spec import layouts as L
 from clef_format.spec import tables_format as TF
 

@@ -24,10 +24,9 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from clef_format.fixtures import builders as FIXTURES  # noqa: N812  (the one import of the fixtures)
-from clef_format.fixtures.tensors import as_torch
-
 from clef_format.spec import layouts as L
 from clef_format.spec import tables_format as TF
+from tests.support.torch_tensors import as_torch
 
 #: text-config values that differ from the fixtures' tiny ones (head dims the CPU kernels take)
 ENGINE_TEXT = {"hidden_size": 128, "intermediate_size": 192, "head_dim": 64,

@@ -19,7 +19,7 @@ if _spec is None or _spec.origin is None:
 import sys
 from pathlib import Path
 
-# tests/vllm_rules/pattern_cases.py and the project itself (scripts/test-vllm.sh also sets PYTHONPATH).
+# tests/support/pattern_cases.py and the project itself (scripts/test-vllm.sh also sets PYTHONPATH).
 for p in (Path(__file__).resolve().parents[2],):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))

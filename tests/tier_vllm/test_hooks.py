@@ -19,8 +19,8 @@ from safetensors.torch import load_file, save_file
 
 from clef_format.compat import IncompatibleError
 from clef_format.fixtures.builders import build_checkpoint, tables_bf16
-from clef_format.fixtures.tensors import as_torch
-from clef_format.quant.int8 import dequantize_rows
+from tests.support.torch_tensors import as_torch
+from tests.support.torch_int8 import dequantize_rows
 from clef_format.spec import layouts as L
 from clef_format.spec import tables_format as TF
 from clef_format.vllm import Int8VocabEmbedding, UnwrittenParametersError, backbone_weights

@@ -22,7 +22,7 @@ from clef_format.spec.model_spec import parse_config
 from clef_format.vllm_rules import matching as R
 from clef_format.vllm_rules import names as vllm_names
 from tests.tier_vllm import oracle
-from tests.vllm_rules.pattern_cases import fixture_configs, quantized_configs
+from tests.support.pattern_cases import fixture_configs, quantized_configs
 
 VERSION = ".".join(vllm.__version__.split(".")[:2])
 SCHEME_CLASS = {v: k for k, v in R.VLLM_SCHEME_CLASSES.items()} | {R.NVFP4_W4A16: "CompressedTensorsW4A4Fp4+a16"}

@@ -26,7 +26,7 @@ from clef_format.vllm_rules import matching as R
 from clef_format.vllm_rules import names as vllm_names
 from tests.tier_vllm import oracle
 from tests.tier_vllm import test_oracle as T
-from tests.vllm_rules.pattern_cases import scheme_grid, scheme_model_configs, with_quant
+from tests.support.pattern_cases import scheme_grid, scheme_model_configs, with_quant
 
 VERSION = oracle.VERSION
 #: The minimum a full run of the tier must reach (issue 12): checked by test_report_totals.

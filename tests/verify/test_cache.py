@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from clef_format.fixtures.hub_cache import build_hub_cache, build_local_dir, repo_folder
+from tests.support.hub_cache import build_hub_cache, build_local_dir, repo_folder
 from clef_format.read.checkpoint import read_checkpoint
 from clef_format.spec import layouts as L
 from clef_format.verify.checks.cache import check_cache

@@ -18,7 +18,7 @@ from clef_format.read.checkpoint import read_checkpoint
 from clef_format.read.hashing import HashTask, hash_file, hash_many
 from clef_format.read.manifest import MANIFEST_NAME
 from clef_format.verify.deep import deep_findings
-from tests.scenarios.hostile_cases import fresh_copy, pristine
+from tests.support.hostile_cases import fresh_copy, pristine
 
 
 def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:
@@ -219,7 +219,7 @@ def test_unreadable_local_dir_metadata_is_unreadable_not_silence(tmp_path: Path,
     be read: the reference a file is checked against may exist but was never seen, so ``--deep`` could not
     run (exit 2, ``unreadable`` naming what cannot be read, once), never a pass with a manifest-missing
     warning. Run without the capabilities that let root ignore file modes."""
-    from clef_format.fixtures.hub_cache import build_local_dir
+    from tests.support.hub_cache import build_local_dir
 
     root = build_local_dir(tmp_path / "ck", pristine())
     download = root / ".cache" / "huggingface" / "download"
@@ -243,7 +243,7 @@ def test_unreadable_local_dir_metadata_is_unreadable_not_silence(tmp_path: Path,
 def test_a_nonfinite_global_scale_is_named_by_its_value(value: float, tmp_path: Path) -> None:
     """Deep's decode reports a NaN/inf global scale as such, never as "must be positive, got 0.0"."""
     from clef_format.verify.deep import backbone_scale_findings
-    from tests.scenarios.hostile_cases import BACKBONE, set_f32
+    from tests.support.hostile_cases import BACKBONE, set_f32
 
     root = fresh_copy(tmp_path / "ck")
     set_f32(BACKBONE, ".weight_global_scale", value, 0)(root)

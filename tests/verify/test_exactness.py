@@ -10,7 +10,7 @@ from clef_format.read.safetensors import TensorInfo
 from clef_format.spec import layouts as L
 from clef_format.spec.schemes import group_signature, signature_problems
 from clef_format.verify.run import verify
-from tests.scenarios.header_edit import edit_file, edit_json, file_of, sparsify
+from tests.support.header_edit import edit_file, edit_json, file_of, sparsify
 
 
 def _errors(root) -> list:

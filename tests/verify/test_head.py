@@ -11,7 +11,7 @@ import pytest
 from clef_format.read.checkpoint import read_checkpoint
 from clef_format.spec import layouts as L
 from clef_format.verify.checks.head import check_head
-from tests.scenarios.hostile_cases import edit_header
+from tests.support.hostile_cases import edit_header
 
 
 def _drop_key(path: Path, key: str) -> None:

@@ -24,7 +24,7 @@ from clef_format.spec import layouts as L
 from clef_format.spec.joint_head import RELEASE_CONFIG, RELEASE_FILE_BYTES, RELEASE_TENSORS
 from clef_format.verify.checks.head import check_head
 from clef_format.verify.run import verify_checkpoint
-from tests.migrate.helpers import cli, migrate_json
+from tests.support.migrate import cli, migrate_json
 
 REFERENCES = ("inferred", "release", "rms_blocks", "subclassed", "helpers")
 HEAD_ERRORS = {"head-incomplete", "head-unexpected", "head-config-invalid"}

@@ -12,7 +12,7 @@ import pytest
 from clef_format.read.checkpoint import read_checkpoint
 from clef_format.spec import layouts as L
 from clef_format.verify.checks.layout import check_layout
-from tests.scenarios.hostile_cases import edit_header
+from tests.support.hostile_cases import edit_header
 
 EMBED = "model.language_model.embed_tokens.weight"
 LM_HEAD = "lm_head.weight"

@@ -18,7 +18,7 @@ from clef_format.spec.findings import Finding
 from clef_format.verify.checks.patterns import check_patterns, pattern_findings
 from clef_format.verify.options import VerifyOptions
 from clef_format.vllm_rules.names import VERSION_TABLE
-from tests.vllm_rules.pattern_cases import quant_dict
+from tests.support.pattern_cases import quant_dict
 
 N = 8  # fixture layers; hybrid stores layers 0-3 FP8, 4-7 NVFP4
 

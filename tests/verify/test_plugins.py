@@ -121,7 +121,7 @@ def test_release_files_are_quiet_but_a_pickle_is_not(releases, tmp_path):
 
 def test_bundled_plugin_in_a_hugging_face_cache_snapshot(releases, tmp_path):
     """A repo id in the cache: the snapshot's files are links into blobs/; the fix names the snapshot folder."""
-    from clef_format.fixtures.hub_cache import build_hub_cache
+    from tests.support.hub_cache import build_hub_cache
 
     cache = tmp_path / "hub"
     snap = build_hub_cache(cache, "someone/clef-flash-NVFP4", releases("layout-2", "0.1.4", "setup-cfg"))

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from clef_format.fixtures.broken import build_broken
+from tests.support.broken import build_broken
 from clef_format.fixtures.builders import build_checkpoint
-from clef_format.fixtures.hub_cache import build_hub_cache, build_local_dir, fake_commit
+from tests.support.hub_cache import build_hub_cache, build_local_dir, fake_commit
 
 ROOT = Path(__file__).resolve().parents[2]
 SETPRIV = shutil.which("setpriv")

@@ -15,7 +15,7 @@ from clef_format.spec import layouts as L
 from clef_format.spec import tables_format as TF
 from clef_format.verify.checks import tables
 from clef_format.verify.checks.tables import check_tables
-from tests.scenarios.hostile_cases import edit_header
+from tests.support.hostile_cases import edit_header
 
 FIX = "re-download clef_head/tables_int8.safetensors, or re-create it with clef-format migrate from a layout-1 copy"
 LM_SCALE = "lm_head.weight_scale"

@@ -9,7 +9,7 @@ import pytest
 from clef_format.compat import IncompatibleError, check_checkpoint
 from clef_format.verify.checks.startup import tokenizer_problem
 from clef_format.verify.run import verify
-from tests.scenarios.hostile_cases import fresh_copy, pristine
+from tests.support.hostile_cases import fresh_copy, pristine
 
 tokenizers = pytest.importorskip("tokenizers")
 
@@ -28,6 +28,11 @@ CASES = {
     "valid": VALID,
     "word-level": b'{"model":{"type":"WordLevel","vocab":{},"unk_token":"x"}}',
     "unigram": b'{"model":{"type":"Unigram","vocab":[]}}',
+    # the necessary condition holds, the library's schema does not (no type it can build from these fields)
+    "vocab-only": b'{"model":{"vocab":{}}}',
+    "bpe-without-merges": b'{"model":{"type":"BPE","vocab":{}}}',
+    "word-level-without-unk": b'{"model":{"type":"WordLevel","vocab":{}}}',
+    "unknown-type": b'{"model":{"type":"Mystery","vocab":{}}}',
 }
 
 
@@ -46,7 +51,17 @@ def test_the_rule_agrees_with_the_tokenizers_library(name: str, tmp_path: Path) 
     assert (tokenizer_problem("tokenizer.json", CASES[name]) is None) == _loads(path)
 
 
-@pytest.mark.parametrize("name", ["empty", "empty-object", "nan", "bom"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_rule_without_the_library_never_refuses_what_it_loads(name: str, tmp_path: Path) -> None:
+    """Where tokenizers is not importable the rule is a necessary condition only: it may pass a file the
+    library refuses, never refuse one it loads."""
+    path = tmp_path / "tokenizer.json"
+    path.write_bytes(CASES[name])
+    if _loads(path):
+        assert tokenizer_problem("tokenizer.json", CASES[name], use_library=False) is None
+
+
+@pytest.mark.parametrize("name", ["empty", "empty-object", "nan", "bom", "vocab-only", "unknown-type"])
 def test_deep_and_the_gate_refuse_a_tokenizer_the_engine_cannot_load(name: str, tmp_path: Path) -> None:
     root = fresh_copy(tmp_path / "ck")
     (root / "tokenizer.json").write_bytes(CASES[name])

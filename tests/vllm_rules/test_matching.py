@@ -18,7 +18,7 @@ from clef_format.spec import schemes
 from clef_format.spec.model_spec import parse_config
 from clef_format.vllm_rules import matching as R
 from clef_format.vllm_rules import names as vllm_names
-from tests.vllm_rules.pattern_cases import fixture_configs, quant_dict, quantized_configs, with_quant
+from tests.support.pattern_cases import fixture_configs, quant_dict, quantized_configs, with_quant
 
 MM = tiny_config(4)
 TEXT = tiny_config(4, multimodal=False)
@@ -148,7 +148,7 @@ def test_resolve_imports_no_heavy_library() -> None:
 # Each row of vllm_names.VERSION_TABLE pinned on both proven versions; tests/vllm proves the same
 # rows against the real vLLM 0.28 and 0.33.
 
-from tests.vllm_rules.pattern_cases import qargs, scheme_config, scheme_group, scheme_model_configs  # noqa: E402
+from tests.support.pattern_cases import qargs, scheme_config, scheme_group, scheme_model_configs  # noqa: E402
 
 OLD, NEW = vllm_names.PROVEN
 
@@ -233,7 +233,7 @@ def test_weight_only_float_weights_vllm_cannot_select() -> None:
 
 
 def test_invalid_arguments_refused_like_compressed_tensors() -> None:
-    from tests.vllm_rules.pattern_cases import INVALID_ARGS
+    from tests.support.pattern_cases import INVALID_ARGS
 
     for w in INVALID_ARGS:
         quant = scheme_config([scheme_group(["Linear"], w)], [], "pack-quantized")
@@ -254,7 +254,7 @@ def test_generated_scheme_configs_resolve_totally_on_every_proven_version(config
 
 def test_scheme_grid_resolves_totally() -> None:
     """The exhaustive grid tests/vllm compares with vLLM: every config refused or decided, on both versions."""
-    from tests.vllm_rules.pattern_cases import scheme_grid
+    from tests.support.pattern_cases import scheme_grid
 
     base = tiny_config(4, multimodal=False)
     grid = scheme_grid()

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from clef_format.spec.model_spec import parse_config
 from clef_format.vllm_rules import matching as R
 from clef_format.vllm_rules import names as vllm_names
-from tests.vllm_rules.pattern_cases import fixture_configs, scheme_grid, scheme_model_configs, with_quant
+from tests.support.pattern_cases import fixture_configs, scheme_grid, scheme_model_configs, with_quant
 from clef_format.fixtures.configs import tiny_config
 
 #: Each version step the table knows: the last minor version before a row and the first with it,
@@ -77,7 +77,7 @@ def test_no_row_outside_play_changes_a_decision(config: dict[str, Any]) -> None:
 
 def test_a_group_overwritten_by_a_later_one_still_counts() -> None:
     """vLLM refuses a group's actorder at parse time even when a later group takes over its targets."""
-    from tests.vllm_rules.pattern_cases import qargs, scheme_config, scheme_group
+    from tests.support.pattern_cases import qargs, scheme_config, scheme_group
 
     ordered = {**qargs(("int", 4), "group", 32), "actorder": "group"}
     fp8 = scheme_group(["Linear"], qargs(("float", 8), "channel"), qargs(("float", 8), "token", dynamic=True),
@@ -91,7 +91,7 @@ def test_a_group_overwritten_by_a_later_one_still_counts() -> None:
 
 def test_a_regex_ignore_on_a_fused_name_counts() -> None:
     """``re:.*gate_up`` names vLLM's fused gate_up_proj: 0.30 ignores the layer whole, 0.29 tests its shards."""
-    from tests.vllm_rules.pattern_cases import qargs, scheme_config, scheme_group
+    from tests.support.pattern_cases import qargs, scheme_config, scheme_group
 
     fp8 = scheme_group(["Linear"], qargs(("float", 8), "channel"), qargs(("float", 8), "token", dynamic=True),
                        None, "float-quantized")

@@ -10,7 +10,6 @@ if TYPE_CHECKING:
 from clef_format.read.checkpoint import Checkpoint
 from clef_format.verify.options import DEFAULTS, VerifyOptions
 from clef_format.read.safetensors import Header
-from clef_format.read.table_scan import scan_tables
 from clef_format.spec import layouts as L
 from clef_format.spec import tables_format as TF
 from clef_format.spec.findings import Finding, error, warning
@@ -51,6 +50,8 @@ def table_content_findings(ck: Checkpoint) -> list[Finding]:
     (layout-1, the release: all finite). What ``verify --deep``, the serving gate, the marker repair
     and migrate add to ``check_tables``, which applies the scale rule on every path (it reads only
     the scales). One pass over the file (``read.table_scan``)."""
+    from clef_format.read.table_scan import scan_tables  # the full read: deep, gate and migrate only
+
     out: list[Finding] = []
     header = ck.headers.get(L.TABLES)
     if header is not None:

@@ -1,4 +1,4 @@
-"""The streaming fast path of ``clef_format.quantize``: same arithmetic, preallocated buffers, fused quality.
+"""The streaming form of the torch reference (``torch_int8``): same arithmetic, preallocated buffers, fused quality.
 
 ``quantize_rows`` + ``QualityMeter.add`` allocate several full-size float32 temporaries per call;
 on a 248320 x 4096 table that is page-fault bound (about 10x slower than this on the 2-core
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from clef_format.quant.int8 import NonFiniteRows, QualityMeter
+from tests.support.torch_int8 import NonFiniteRows, QualityMeter
 from clef_format.spec.tables_format import QMAX
 
 #: Rows per block: 512 x 4096 float32 = 8 MiB per buffer, small enough to stay near the caches.
