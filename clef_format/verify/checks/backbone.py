@@ -58,18 +58,21 @@ def _cast_finding(casts: Mapping[tuple[str, str], list[str]], dtype: str) -> Ite
                       "(e.g. load_state_dict(assign=True)) would keep the stored dtype", tensor=names[0], fix=fix)
 
 
-def _signatures(cfg: ModelConfig, version: str) -> Mapping[str, Mapping[str, ParamSpec]] | None:
-    """Per Linear module, the parameter signature of its config group; ``None`` if the quantization
-    config cannot be resolved. A module the quantizer left alone but vLLM quantizes through a target
-    matching only its class name (``re:.*Linear``) is held to the group vLLM builds it with: the stored
-    tensors are what vLLM needs, and the pattern, not the backbone, is what to fix."""
+def _signatures(cfg: ModelConfig, version: str,
+                built: VllmBuild | None = None) -> Mapping[str, Mapping[str, ParamSpec]] | None:
+    """Per Linear module, the parameter signature of its config group (the config as ``built`` parsed it
+    for vLLM ``version``, when given); ``None`` if the quantization config cannot be resolved. A module
+    the quantizer left alone but vLLM quantizes through a target matching only its class name
+    (``re:.*Linear``) is held to the group vLLM builds it with: the stored tensors are what vLLM needs,
+    and the pattern, not the backbone, is what to fix."""
     specs = linear_modules(cfg)
     if not cfg.quantization:
         return {m.name: group_signature(None, None, None, None, m.out_features, m.in_features, cfg.dtype) for m in specs}
     from clef_format.vllm_rules.matching import QuantConfigError, class_matched_modules, parse_quant_config, resolve_hf
 
     try:
-        qc = parse_quant_config(cfg.quantization, version)
+        qc = built.quant if built is not None and built.quant is not None else \
+            parse_quant_config(cfg.quantization, version)
         decisions = resolve_hf(cfg, qc)
         by_class = class_matched_modules(cfg, qc, version)  # reported as pattern-class-name by the patterns check
     except (QuantConfigError, ValueError, TypeError):
@@ -124,7 +127,7 @@ def check_backbone(ck: Checkpoint, opts: VerifyOptions = DEFAULTS, vllm: VllmBui
     accounted: set[str] = set()
     specs = linear_modules(cfg)
     params = module_params(ck.backbone, (m.name for m in specs))
-    signatures = _signatures(cfg, opts.rules)
+    signatures = _signatures(cfg, opts.rules, vllm)
     casts: dict[tuple[str, str], list[str]] = {}
     for spec in specs:
         stored = params[spec.name]
