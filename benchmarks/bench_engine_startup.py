@@ -12,6 +12,11 @@ their ratio; and, measured inside the worker on the served model's own parameter
 checks alone: the gate (``check_checkpoint``) and the completeness check (``WriteTracker``
 arm + check), as a fraction of the plain engine's start. Without the plugin vLLM serves this
 checkpoint with its tables never loaded: it is the cost baseline, not a working server.
+
+``--references local-dir`` (the default) serves the checkpoint as a ``--local-dir`` download (per
+file the metadata huggingface_hub's ``write_download_metadata`` writes: sha256 / git-sha1 etags), so
+the gate hashes every file it reads at each plugin start; the gate is then also timed with
+``check_references=False``. ``none``: a plain folder (nothing to hash, every file logged unchecked).
 """
 
 from __future__ import annotations
@@ -41,10 +46,23 @@ def load_average() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
+def write_local_dir_metadata(root: Path) -> None:
+    """What ``hf download REPO --local-dir ROOT`` leaves beside the files (huggingface_hub's own writer)."""
+    from huggingface_hub._local_folder import write_download_metadata
+
+    from tests.support.hub_cache import default_lfs, etag_of, fake_commit
+
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = path.relative_to(root).as_posix()
+        write_download_metadata(root, rel, fake_commit("bench"), etag_of(path, default_lfs(rel, path.stat().st_size)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--size", choices=sorted(SIZES), default="small")
+    parser.add_argument("--references", choices=("local-dir", "none"), default="local-dir",
+                        help="serve a --local-dir download (etags to hash at start) or a plain folder")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     args = parser.parse_args()
 
@@ -60,6 +78,9 @@ def main() -> None:
         root = C.build(scratch / "ck", "layout-2", "bf16", multimodal=True, num_layers=LAYERS[args.size],
                        text=SIZES[args.size])
         build_s = time.perf_counter() - t0
+        if args.references == "local-dir":
+            write_local_dir_metadata(root)
+        ck_bytes = sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and ".cache" not in p.parts)
         plugin_dir = install_plugin(NEW, scratch)
         engines = Engines(scratch, {NEW: plugin_dir})
         starts: dict[str, list[float]] = {"plugin": [], "plain": []}
@@ -85,7 +106,9 @@ def main() -> None:
     out = {
         "size": args.size, "runs": args.runs, "params": cost["params"], "param_bytes": cost["param_bytes"],
         "build_s": build_s, "starts_s": starts, "median_s": med, "ratio": med["plugin"] / med["plain"],
-        "checks_s": {"gate": cost["gate"], "arm": cost["arm"], "check": cost["check"], "total": checks},
+        "references": args.references, "checkpoint_bytes": ck_bytes,
+        "checks_s": {"gate": cost["gate"], "gate_unhashed": cost["gate_unhashed"], "arm": cost["arm"],
+                     "check": cost["check"], "total": checks},
         "checks_fraction_of_plain_start": checks / med["plain"], "load_average": [load_start, load_end],
     }
     if args.json:
@@ -97,6 +120,8 @@ def main() -> None:
     for which in ("plugin", "plain"):
         print(f"  engine start {which:<6} median {med[which]:6.2f} s  runs {[round(s, 2) for s in starts[which]]}")
     print(f"  ratio with plugin / without: {out['ratio']:.3f}")
+    print(f"  checkpoint {ck_bytes / 2**20:.1f} MiB, references: {args.references}; gate without hashing "
+          f"{cost['gate_unhashed'] * 1e3:.1f} ms")
     print(f"  checks in the worker: gate {cost['gate'] * 1e3:.1f} ms, arm {cost['arm'] * 1e3:.1f} ms, "
           f"check {cost['check'] * 1e3:.1f} ms = {checks * 1e3:.1f} ms "
           f"({100 * out['checks_fraction_of_plain_start']:.2f}% of the plain start)")

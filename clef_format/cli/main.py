@@ -3,7 +3,8 @@
 Built on ``argparse`` rather than click/typer for a measured reason: ``verify`` must answer on a
 9B checkpoint within 3x the time of ``python -c "import json"``, and importing click alone costs
 about that whole budget (benchmarks/RESULTS.md). Each command module is imported only when run.
-Commands register themselves in ``COMMANDS``: name -> (module, help); the module provides
+The commands are listed in ``clef_format.cli.commands.COMMANDS`` (name -> (module, help), as pip keeps
+its ``commands_dict``), read by this module and by ``cli.parser``; each module provides
 ``add_arguments(parser)`` and ``run(args) -> int``.
 """
 
@@ -13,23 +14,12 @@ import gc
 import os
 import sys
 
+from clef_format.cli.commands import COMMANDS
 from clef_format.errors import CouldNotRun, UsageError
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
     from typing import Sequence
-
-#: Subcommand -> (module under clef_format.cli.commands, one-line help).
-COMMANDS: dict[str, tuple[str, str]] = {
-    "verify": ("verify_cmd", "verify a checkpoint (directory or cached repo id)"),
-    "migrate": ("migrate_cmd", "migrate a checkpoint to another layout, losing nothing"),
-    "layers": ("layers_cmd", "per-layer schemes vLLM will build, and GPU memory"),
-    "manifest": ("manifest_cmd", "write a hash manifest for fast offline --deep verification"),
-    "example": ("example_cmd", "build a small example checkpoint and verify it"),
-    "scan": ("scan_cmd", "every Clef copy on this machine (the HF cache, or folders): state, plugin, fix"),
-    "codes": ("codes_cmd", "list every finding code and what it means"),
-}
-
 
 def _path_arg(args_in: list[str], command: str | None) -> str | None:
     """PATH as typed, for the report of a command whose arguments did not parse."""

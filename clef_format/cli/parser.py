@@ -12,7 +12,7 @@ import os
 import sys
 from importlib import import_module
 
-from clef_format.cli.main import COMMANDS
+from clef_format.cli.commands import COMMANDS
 from clef_format.errors import UsageError
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import

@@ -207,9 +207,12 @@ def render_history(report: Report) -> str:
     return "\n".join(lines)
 
 
-def _where(row: Row) -> str:
-    from clef_format.cli.commands.scan_cmd import printable
+def printable(text: str) -> str:
+    """``text`` on one line: control characters (a newline in a folder name) escaped, as Python writes them."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
+
+def _where(row: Row) -> str:
     c = row.copy
     if c.repo_id and c.revision:
         refs = f" ({', '.join(c.refs)})" if c.refs else ""

@@ -37,9 +37,9 @@ from clef_format.migrate import fsutil
 from clef_format.migrate.crash import crashpoint
 from clef_format.migrate.plan import Plan, Safetensors
 from clef_format.migrate.preflight import survey_source
-from clef_format.migrate.swap import _cleanup_or_say, _swap
+from clef_format.migrate.swap import cleanup_or_say, swap_in
 from clef_format.migrate.tree_state import TreeState, changes, snapshot
-from clef_format.migrate.workspace import Journal, Phase, Target, _rmtree, fingerprint, read_journal, write_journal
+from clef_format.migrate.workspace import Journal, Phase, Target, fingerprint, read_journal, remove_tree, write_journal
 from clef_format.migrate.writer import wait_all, write_output
 from clef_format.progress import NO_PROGRESS, Progress
 from clef_format.read.checkpoint import Checkpoint, read_checkpoint
@@ -110,7 +110,7 @@ def refresh_references(plan: Plan, ck: Checkpoint, new_root: str, out_of_place: 
 def _roll_back(target: Target, exc: BaseException) -> None:
     """Remove the workspace after a failed staging; if even that fails, say where it is."""
     try:
-        _rmtree(target.ws)
+        remove_tree(target.ws)
     except OSError as rm:
         if isinstance(exc, OSError):
             exc.strerror = (f"{exc.strerror or exc}; the workspace {target.ws} could not be removed "
@@ -148,7 +148,7 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
     journal = read_journal(target)
     if not (journal and journal.phase is Phase.STAGING and journal.fingerprint == fp
             and journal.step == (plan.revision, plan.direction)):
-        _rmtree(target.ws)
+        remove_tree(target.ws)
         journal = Journal(revision=plan.revision, direction=plan.direction, from_layout=plan.from_layout,
                           to_layout=plan.to_layout, source=target.source, target=target.path, in_place=target.in_place,
                           phase=Phase.STAGING, fingerprint=fp)
@@ -230,9 +230,9 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
         if changed:
             raise SourceChanged(ck.root, changed)
 
-    _swap(target, journal, recheck)
+    swap_in(target, journal, recheck)
     t3 = time.perf_counter()
-    _cleanup_or_say(target)
+    cleanup_or_say(target)
     result.seconds["swap"] = round(t3 - t2, 3)
     result.seconds["cleanup"] = round(time.perf_counter() - t3, 3)
     return result

@@ -80,7 +80,7 @@ def reflink(src: str, dst: str) -> bool:
 
 
 def copy_file(src: str, dst: str) -> None:
-    from clef_format.migrate.writer import copy_range
+    from clef_format.migrate.fileio import copy_range
 
     size = os.stat(src).st_size
     with open(src, "rb") as s, open(dst, "wb") as d:

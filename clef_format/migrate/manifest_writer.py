@@ -74,12 +74,12 @@ def writer_lock(root: str, code: str = "manifest-refused",
     writer of the checkpoint too: a migrate staging now would swap away what is written meanwhile.
     ``Refused`` (``code``, with ``fix``) while a migrate runs. Where the folder beside ``root`` is not
     writable no lock file can be made, and no migrate can run in place there either: nothing to hold."""
-    from clef_format.migrate.preflight import _lock_held
+    from clef_format.migrate.preflight import lock_held
     from clef_format.migrate.workspace import Lock, make_target
 
     target = make_target(root, None)
     if not os.access(target.parent, os.W_OK | os.X_OK):
-        if _lock_held(target):
+        if lock_held(target):
             raise Refused(code, f"a clef-format migrate is working on {root}; nothing was written", fix)
         yield
         return

@@ -87,7 +87,8 @@ def survey_source(root: str, in_place: bool) -> list[str]:
     return entries
 
 
-def _lock_held(target: Target) -> bool:
+def lock_held(target: Target) -> bool:
+    """Whether another process holds the target's migrate lock (the manifest writer waits for it too)."""
     import fcntl
 
     try:
@@ -145,7 +146,7 @@ def preflight(target: Target, plan: Plan | None, snapshot: bool, check_lock: boo
     if foreign:
         out.append(MigrateRefused(f"cannot take the lock {target.lock_path}: {foreign}; nothing was written",
                f"move {target.lock_path} away (it may be your data), then run clef-format migrate again"))
-    elif check_lock and _lock_held(target):
+    elif check_lock and lock_held(target):
         out.append(MigrateRefused(f"another clef-format migrate is working on {target.path}",
                "wait for it to finish; a killed run's lock is released by the kernel"))
     if plan is not None and not out:

@@ -12,15 +12,15 @@ from enum import Enum
 
 from clef_format.errors import MigrateRefused
 from clef_format.migrate import fsutil
-from clef_format.migrate.swap import _cleanup_or_say, _swap, _swapped
+from clef_format.migrate.swap import cleanup_or_say, swap_in, was_swapped
 from clef_format.migrate.workspace import (
     Journal,
     Phase,
     Target,
-    _rmtree,
     fingerprint,
     foreign_entries,
     read_journal,
+    remove_tree,
     write_journal,
 )
 from clef_format.read.checkpoint import Checkpoint
@@ -82,7 +82,7 @@ def _decide(target: Target, source_ck: Checkpoint | None, abort: bool, wanted: t
         if decided is not None and decided.action is not Action.CLEANUP:
             return Decision(decided.action, f"{decided.note} (this run goes to another layout)", decided.journal)
         return decided
-    swapped = phase is Phase.SWAPPED or (phase is Phase.STAGED and _swapped(target, journal))
+    swapped = phase is Phase.SWAPPED or (phase is Phase.STAGED and was_swapped(target, journal))
     parked = os.path.isdir(target.new) or os.path.isdir(target.old)  # complete by construction (_discard)
     made_output = journal.in_place is False and not parked  # an --output that did not exist before
     if swapped and abort and parked:
@@ -151,7 +151,7 @@ def _unswap(target: Target) -> None:
     elif os.path.lexists(target.path):  # an output that did not exist before (the journal says out of place)
         os.rename(target.path, target.new)
         fsutil.fsync_dir(target.parent)
-    _rmtree(target.ws)
+    remove_tree(target.ws)
     fsutil.fsync_dir(target.parent)
 
 
@@ -163,7 +163,7 @@ def recover(target: Target, source_ck: Checkpoint | None, abort: bool = False,
         return None
     action, journal = decided.action, decided.journal
     if action is Action.REMOVE:
-        _rmtree(target.ws)
+        remove_tree(target.ws)
     elif action is Action.UNSWAP:
         _unswap(target)
     elif action is Action.CLEANUP:
@@ -171,16 +171,16 @@ def recover(target: Target, source_ck: Checkpoint | None, abort: bool = False,
         if journal.phase is Phase.STAGED:
             journal.phase = Phase.SWAPPED
             write_journal(target, journal)
-        _cleanup_or_say(target)
+        cleanup_or_say(target)
     elif action is Action.FINISH_FALLBACK:
         assert journal is not None
         os.rename(target.new, target.path)  # killed between the two renames of the fallback swap
         fsutil.fsync_dir(target.parent)
         journal.phase = Phase.SWAPPED
         write_journal(target, journal)
-        _cleanup_or_say(target)
+        cleanup_or_say(target)
     elif action is Action.SWAP:
         assert journal is not None
-        _swap(target, journal)
-        _cleanup_or_say(target)
+        swap_in(target, journal)
+        cleanup_or_say(target)
     return decided.note

@@ -15,7 +15,7 @@ from typing import Callable
 
 from clef_format.migrate import fsutil
 from clef_format.migrate.crash import crashpoint
-from clef_format.migrate.workspace import Journal, Phase, Target, _rmtree, write_journal
+from clef_format.migrate.workspace import Journal, Phase, Target, remove_tree, write_journal
 
 
 def _discard(target: Target, path: str) -> None:
@@ -24,10 +24,10 @@ def _discard(target: Target, path: str) -> None:
     if not os.path.lexists(path):
         return
     doomed = os.path.join(target.ws, "discard")
-    _rmtree(doomed)  # what an earlier, interrupted cleanup had begun to delete
+    remove_tree(doomed)  # what an earlier, interrupted cleanup had begun to delete
     os.rename(path, doomed)
     fsutil.fsync_dir(target.ws)  # the rename is durable before any deletion: a tree at new/old stays whole
-    _rmtree(doomed)
+    remove_tree(doomed)
 
 
 def _cleanup(target: Target) -> None:
@@ -40,14 +40,15 @@ def _cleanup(target: Target) -> None:
     except FileNotFoundError:
         pass
     crashpoint("cleanup")
-    _rmtree(target.ws)
+    remove_tree(target.ws)
     try:
         fsutil.fsync_dir(target.parent)  # persists only the empty workspace's removal: the swap was fsynced
     except OSError:
         pass
 
 
-def _swapped(target: Target, journal: Journal) -> bool:
+def was_swapped(target: Target, journal: Journal) -> bool:
+    """Whether the target path already holds the staged tree (its inode is the one the journal recorded)."""
     try:
         st = os.stat(target.path)
     except FileNotFoundError:
@@ -89,7 +90,7 @@ def _exchange(target: Target) -> None:
     os.rename(target.new, target.path)
 
 
-def _swap(target: Target, journal: Journal, recheck: Callable[[], None] | None = None) -> None:
+def swap_in(target: Target, journal: Journal, recheck: Callable[[], None] | None = None) -> None:
     """Swap the staged tree in. A failure before the new tree is in place is undone (``SwapFailed``);
     one after it (fsync, journal) leaves a finished migration whose cleanup the next call completes.
     ``recheck`` runs last before the exchange: when it raises, nothing was swapped and the workspace
@@ -100,7 +101,7 @@ def _swap(target: Target, journal: Journal, recheck: Callable[[], None] | None =
             recheck()
         except BaseException:
             try:
-                _rmtree(target.ws)
+                remove_tree(target.ws)
             except OSError:
                 pass  # the journal says staged: the next run decides about it
             raise
@@ -116,7 +117,7 @@ def _swap(target: Target, journal: Journal, recheck: Callable[[], None] | None =
                                         f"{target.old} and the new one in {target.new}: rerun clef-format migrate "
                                         "to finish, or --abort to restore the old one") from None
         try:
-            _rmtree(target.ws)
+            remove_tree(target.ws)
         except OSError as rm:
             raise SwapFailed(exc.errno, f"swapping the new tree into {target.path} failed: {cause}; the checkpoint "
                                         f"is unchanged, but the workspace {target.ws} could not be removed "
@@ -134,7 +135,8 @@ def _swap(target: Target, journal: Journal, recheck: Callable[[], None] | None =
                                            f"({exc.strerror or exc}): rerun clef-format migrate to finish") from None
 
 
-def _cleanup_or_say(target: Target) -> None:
+def cleanup_or_say(target: Target) -> None:
+    """Remove what the swap replaced; a failure is ``CleanupIncomplete`` (done, the next call cleans up)."""
     try:
         _cleanup(target)
     except OSError as exc:

@@ -24,7 +24,7 @@ from typing import Callable
 
 import numpy as np
 
-from clef_format.migrate.writer import _advise, write_all_at
+from clef_format.migrate.fileio import advise, write_all_at
 from clef_format.quant.int8 import NormLog, QualityMeter, RowDecoder, RowQuantizer, itemsize
 
 Tick = Callable[[int], None]
@@ -160,7 +160,7 @@ def quantize_table(src_fd: int, offset: int, rows: int, hidden: int, dtype: str,
     slots = [_Slot(io_rows * row_bytes, io_rows * hidden) for _ in range(n + 2)]
     bits = np.uint32 if dtype == "F32" else np.uint16
     logs = [NormLog() for _ in blocks]  # norms per block, accounted in row order at the end
-    _advise(src_fd, offset, rows * row_bytes, "POSIX_FADV_SEQUENTIAL")
+    advise(src_fd, offset, rows * row_bytes, "POSIX_FADV_SEQUENTIAL")
 
     def read(slot: _Slot, first: int, r: int) -> None:
         _read_exact(src_fd, memoryview(slot.inp)[: r * row_bytes], offset + first * row_bytes, what)
@@ -197,7 +197,7 @@ def decode_table(src_fd: int, values_offset: int, scales_offset: int, rows: int,
     n = max(1, min(WORKERS, len(blocks)))
     slots = [_Slot(io_rows * hidden, io_rows * out_row) for _ in range(n + 2)]
     bits = np.uint32 if dtype == "F32" else np.uint16
-    _advise(src_fd, values_offset, rows * hidden, "POSIX_FADV_SEQUENTIAL")
+    advise(src_fd, values_offset, rows * hidden, "POSIX_FADV_SEQUENTIAL")
 
     def read(slot: _Slot, first: int, r: int) -> None:
         _read_exact(src_fd, memoryview(slot.inp)[: r * hidden], values_offset + first * hidden, what)

@@ -334,7 +334,7 @@ def _refuse_mounts(path: str) -> None:
                                    "nothing below it is deleted (unmount it, then run again)", path)
 
 
-def _rmtree(path: str) -> None:
+def remove_tree(path: str) -> None:
     """Delete a tree migrate made (workspace, old tree). A folder without write or search permission
     is opened up first (it is ours to delete); anything that still cannot go raises ``OSError``."""
     if not os.path.lexists(path):

@@ -13,8 +13,9 @@ import errno
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterator
+from typing import Iterator
 
+from clef_format.migrate.fileio import Tick, copy_range, write_all, write_all_at
 from clef_format.migrate.plan import (
     Decoded,
     FileBytes,
@@ -28,20 +29,6 @@ from clef_format.migrate.plan import (
     header_bytes,
 )
 
-Tick = Callable[[int], None]
-#: Bytes per copy_file_range call (a progress tick and a crash point each).
-COPY_CHUNK = 256 * 1024 * 1024
-FALLBACK_BUFFER = 8 * 1024 * 1024
-_NO_CFR = (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF, errno.EPERM)
-
-
-def write_all(fd: int, data: "memoryview | bytes") -> None:
-    view = memoryview(data).cast("B")
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
 def wait_all(futures: list) -> None:
     """Wait for every job; raise the first real error (not a sibling's cancellation)."""
     errors = []
@@ -52,40 +39,6 @@ def wait_all(futures: list) -> None:
             errors.append(exc)
     if errors:
         raise next((e for e in errors if not (isinstance(e, OSError) and e.errno == errno.ECANCELED)), errors[0])
-
-
-def write_all_at(fd: int, data: "memoryview | bytes", offset: int) -> None:
-    view = memoryview(data).cast("B")
-    while view:
-        n = os.pwrite(fd, view, offset)
-        view = view[n:]
-        offset += n
-
-
-def copy_range(src_fd: int, dst_fd: int, offset: int, nbytes: int, tick: Tick, dst_offset: int = 0) -> None:
-    """Copy ``nbytes`` from ``offset`` of src to ``dst_offset`` of dst."""
-    use_cfr = hasattr(os, "copy_file_range")
-    _advise(src_fd, offset, nbytes, "POSIX_FADV_SEQUENTIAL")  # larger kernel read-ahead for the long run
-    done = 0
-    buf = None
-    while done < nbytes:
-        want = min(COPY_CHUNK, nbytes - done)
-        if use_cfr:
-            try:
-                n = os.copy_file_range(src_fd, dst_fd, want, offset + done, dst_offset + done)
-            except OSError as exc:
-                if exc.errno not in _NO_CFR:
-                    raise
-                use_cfr = False
-                continue
-        else:
-            buf = buf or bytearray(FALLBACK_BUFFER)
-            n = os.preadv(src_fd, [memoryview(buf)[:min(want, FALLBACK_BUFFER)]], offset + done)
-            write_all_at(dst_fd, memoryview(buf)[:n], dst_offset + done)
-        if n == 0:
-            raise OSError(errno.EIO, f"source ended {nbytes - done} bytes early")
-        done += n
-        tick(n)
 
 
 def _merged(tensors: tuple[TensorOut, ...], data_start: int) -> Iterator[tuple[str, object, int]]:
@@ -134,15 +87,6 @@ def _quantize(src: _Sources, s: QuantValues, dst_fd: int, at: int, tick: Tick, s
 
     scales[s.table], quality[s.table] = quantize_table(src.fd(s.rel), s.offset, s.rows, s.hidden, s.dtype, dst_fd,
                                                        at, tick, f"{s.rel}: {s.table}")
-
-
-def _advise(fd: int, offset: int, length: int, advice: str) -> None:
-    """Ask the kernel to read ahead (the next blocks arrive while this one is quantized)."""
-    if hasattr(os, "posix_fadvise") and length > 0:
-        try:
-            os.posix_fadvise(fd, offset, length, getattr(os, advice))
-        except OSError:
-            pass
 
 
 def _decode(src: _Sources, s: Decoded, dst_fd: int, at: int, tick: Tick) -> None:

@@ -91,6 +91,33 @@ def vllm_globs(rel: str) -> bool:
     return "/" not in rel and not rel.startswith(".") and rel.endswith(".safetensors")
 
 
+#: Files at the top level or in ``clef_head/`` that no loader opens: documentation, repository housekeeping
+#: and the producer's recipe. Every other file there may be read when an engine starts (see ``read_at_start``).
+NOT_READ_NAMES = frozenset({".gitattributes", ".gitignore", "recipe.yaml"})
+NOT_READ_PREFIXES = ("README", "LICENSE", "NOTICE", "CHANGELOG")
+NOT_READ_SUFFIXES = (".md", ".png", ".jpg", ".jpeg", ".gif", ".svg", ".webp")
+
+
+def read_at_start(rel: str) -> bool:
+    """Whether vLLM or the clef-vllm plugin may read checkpoint-relative path ``rel`` when an engine starts:
+    what the serving gate hashes against the download's references.
+
+    vLLM globs the top-level ``*.safetensors`` (``vllm_globs``) and reads the index; transformers' config,
+    tokenizer, processor and generation-config loaders open top-level files by name (``config.json``,
+    ``tokenizer*.json``, ``vocab.json``, ``merges.txt``, ``chat_template.jinja``, ``*processor_config.json``,
+    ``generation_config.json`` ...), a list that grows with transformers; the plugin reads ``clef_head/`` and
+    ``joint_schema_model.py``. So every file at the top level or in ``clef_head/`` counts, except the few no
+    loader opens (``NOT_READ_*``): a file wrongly counted costs a refused start on a file that did not
+    matter (the fix is the same re-download), a file wrongly left out would be served unchecked. Other
+    folders (a release's ``vllm_plugin/``, ``scripts/``) are never read by the engine.
+    """
+    parts = rel.split("/")
+    if len(parts) > 2 or (len(parts) == 2 and parts[0] != HEAD_DIR):
+        return False
+    name = parts[-1]
+    return not (name in NOT_READ_NAMES or name.startswith(NOT_READ_PREFIXES) or name.lower().endswith(NOT_READ_SUFFIXES))
+
+
 def required_files(layout: Layout) -> tuple[str, ...]:
     """Files a layout cannot work without (the backbone is checked separately: single or sharded)."""
     if layout is Layout.ORIGINAL_RELEASE:

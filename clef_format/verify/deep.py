@@ -17,7 +17,8 @@ Scales are decoded with numpy (imported here only, never on the fast path) from 
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, Iterator, NamedTuple
+from concurrent.futures import Future
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, TypeVar
 
 from clef_format.progress import NO_PROGRESS
 from clef_format.read.checkpoint import Checkpoint
@@ -33,6 +34,7 @@ from clef_format.spec.findings import Finding, error, info, warning
 DTYPE_MAX = {"BF16": 3.3895313892515355e38, "F16": 65504.0, "F32": 3.4028234663852886e38}
 #: Quantized maximum of the FP8 (E4M3) weights a backbone scale multiplies.
 FP8_MAX = 448.0
+T = TypeVar("T")
 _FLOAT_DTYPES = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2", "F8_E8M0"}
 
 
@@ -133,8 +135,23 @@ def _unreadable(ck: Checkpoint, rels: list[str]) -> list[Finding]:
     return out
 
 
-def _hash_findings(refs: dict[str, Reference], results: dict[tuple[str, str], tuple[str | None, str | None]]
-                   ) -> list[Finding]:
+def refetch_fix(ck: Checkpoint, rel: str, ref: Reference) -> str:
+    """How to get ``rel`` back as it was downloaded or recorded: the command for its kind of download."""
+    if ref.source == MANIFEST_NAME:
+        return (f"copy {rel} again from the copy {MANIFEST_NAME} was made from (or re-run the migrate that wrote it); "
+                f"if the change was intended, re-run `clef-format manifest {ck.root}`")
+    if ck.hf_snapshot:
+        from clef_format.read.copies import repo_id_of
+
+        real = os.path.realpath(ck.root)
+        repo = repo_id_of(os.path.basename(os.path.dirname(os.path.dirname(real)))) or "ORG/NAME"
+        return (f"re-download it: `hf download {repo} {rel} --revision {os.path.basename(real)} --force-download` "
+                "(the cache's blob is not the file its name says)")
+    return f"re-download it: `hf download ORG/NAME {rel} --local-dir {ck.root} --force-download` (the repo it came from)"
+
+
+def _hash_findings(ck: Checkpoint, refs: dict[str, Reference],
+                   results: dict[tuple[str, str], tuple[str | None, str | None]]) -> list[Finding]:
     out = []
     for rel, ref in sorted(refs.items()):
         digest, problem = results[(ref.path, ref.algorithm)]
@@ -146,7 +163,7 @@ def _hash_findings(refs: dict[str, Reference], results: dict[tuple[str, str], tu
             out.append(error(
                 "hash-mismatch",
                 f"{rel}: {ref.algorithm} expected {ref.digest} ({ref.source}), actual {digest}",
-                file=rel, fix="re-download this file: its content is not what was downloaded or recorded"))
+                file=rel, fix=f"its content is not what was downloaded or recorded: {refetch_fix(ck, rel, ref)}"))
     return out
 
 
@@ -345,7 +362,7 @@ class DeepRun:
         finally:
             done = {(r.key.split(":", 1)[1], r.algorithm): (r.digest, r.error) for r in self.pool.results()}
         findings = list(self.findings)
-        hash_problems = _hash_findings(self.refs, done)
+        hash_problems = _hash_findings(self.ck, self.refs, done)
         findings.extend(hash_problems)
         findings.extend(_unchecked_findings(self.ck, self.unchecked, len(self.refs)))
         findings.extend(scale_out)
@@ -356,24 +373,55 @@ class DeepRun:
         return findings
 
 
+class ReferenceCheck:
+    """Chosen files hashed against their references (``gather_references``) on a pool that starts at once;
+    ``finish`` waits and gives the ``hash-mismatch`` / ``unreadable`` findings of the hashing.
+
+    The one hashing path of ``reference_findings`` (migrate) and the serving gate (``vllm.content``).
+    ``wanted``: which checkpoint-relative files to check; ``skip``: references already proven (the gate's
+    files unchanged since they were hashed in this process), not hashed again. Work queued with ``after``
+    runs on the first worker to run out of files, in the largest file's shadow.
+    """
+
+    def __init__(self, ck: Checkpoint, wanted: Callable[[str], bool], *,
+                 skip: Callable[[Reference], bool] | None = None, progress: Any = None) -> None:
+        self.ck = ck
+        refs, unchecked, self.findings = gather_references(ck)
+        self.refs = {rel: ref for rel, ref in refs.items() if wanted(rel)}
+        self.unchecked = [rel for rel in unchecked if wanted(rel)]
+        self.skipped = sorted(rel for rel, ref in self.refs.items() if skip is not None and skip(ref))
+        self.hashed = {rel: ref for rel, ref in self.refs.items() if rel not in self.skipped}
+        tasks = {(ref.path, ref.algorithm): HashTask(f"{ref.algorithm}:{ref.path}", ref.path, ref.algorithm,
+                                                     ck.files.get(rel, 0)) for rel, ref in self.hashed.items()}
+        self.total = sum(t.size for t in tasks.values())
+        advance = None
+        if tasks:
+            advance = (progress or NO_PROGRESS).add(f"checking {len(tasks)} file(s) against their references",
+                                                    self.total)
+        self.pool = HashPool(tasks.values(), advance).start()
+        self.matched: list[str] = []
+
+    def after(self, fn: Callable[[], T]) -> "Future[T]":
+        return self.pool.after(fn)
+
+    def finish(self) -> list[Finding]:
+        """Wait for every hash; the findings of the hashed files (``matched``: those that matched)."""
+        done = {(r.key.split(":", 1)[1], r.algorithm): (r.digest, r.error) for r in self.pool.results()}
+        out = _hash_findings(self.ck, self.hashed, done)
+        bad = {f.file for f in out}
+        self.matched = [rel for rel in sorted(self.hashed) if rel not in bad]
+        return out
+
+
 def reference_findings(ck: Checkpoint, rels: Iterable[str], progress: Any = None) -> list[Finding]:
     """The deep check of ``rels`` alone against their references (those that have one): ``hash-mismatch``
     or ``unreadable`` findings, nothing for a file with no reference. Migrate runs it on the files it
     is about to replace, whose references it then drops: a mismatch found later would have no record
     left to be found against."""
     wanted = set(rels)
-    refs, _, findings = gather_references(ck)
-    refs = {rel: ref for rel, ref in refs.items() if rel in wanted}
-    out = [f for f in findings if f.code == "hash-mismatch" and f.file in wanted]
-    tasks = {(ref.path, ref.algorithm): HashTask(f"{ref.algorithm}:{ref.path}", ref.path, ref.algorithm,
-                                                 ck.files.get(rel, 0)) for rel, ref in refs.items()}
-    if not tasks:
-        return out
-    advance = (progress or NO_PROGRESS).add(f"checking {len(tasks)} file(s) against their references",
-                                            sum(t.size for t in tasks.values()))
-    pool = HashPool(tasks.values(), advance).start()
-    done = {(r.key.split(":", 1)[1], r.algorithm): (r.digest, r.error) for r in pool.results()}
-    return out + _hash_findings(refs, done)
+    run = ReferenceCheck(ck, wanted.__contains__, progress=progress)
+    out = [f for f in run.findings if f.code == "hash-mismatch" and f.file in wanted]
+    return out + run.finish()
 
 
 def deep_findings(ck: Checkpoint) -> list[Finding]:

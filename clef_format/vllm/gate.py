@@ -8,11 +8,14 @@ what the engine itself reads in full at start-up, as ``verify --deep`` does (the
 ``startup_findings``): every table row against the format's rule, each table against the digest its
 file records, the tokenizer files' JSON.
 
-With ``check_references=True`` it also hashes every file against its download reference, as
-``verify --deep`` does (``verify.deep.reference_findings``: ``clef_manifest.json``, the cache blob
-names, local_dir metadata): the only facts that catch a backbone tensor replaced by another of the
-same shape, or an FP8 weight scale edited. Off by default: it reads every byte of the checkpoint
-(benchmarks/RESULTS.md, "verify --deep"), a cost the plugin opts into.
+And it checks content, not only headers: every file the engine or the plugin reads is hashed against
+the strongest reference its download has (``vllm.content``: ``clef_manifest.json``, the cache blob
+names, local_dir metadata, as ``verify --deep`` gathers them), on every core, started before the
+other checks so they run in its shadow, and before any weight is loaded: the only facts that catch a
+backbone tensor replaced by another of the same shape, or an FP8 weight scale edited. A mismatch
+refuses (``hash-mismatch``); a file with no reference is logged as unchecked. On by default; off
+with ``check_references=False`` or ``CLEF_FORMAT_GATE_HASH=0`` (cost: benchmarks/RESULTS.md, "The
+gate's hashing").
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ from typing import TYPE_CHECKING, Union
 
 from clef_format.errors import IncompatibleError
 from clef_format.spec.compat import check_pair, marker_fix, plugin_version_argument
+from clef_format.spec.findings import error
 from clef_format.spec.layouts import TABLES, Layout
 
 if TYPE_CHECKING:
     from clef_format.read.checkpoint import Checkpoint
+    from clef_format.vllm.content import ContentCheck
 
 #: What the hooks accept as a checkpoint: a directory (str, bytes or path-like), a cached repo id, or one
 #: already read.
@@ -68,7 +73,7 @@ def running_vllm() -> str | None:
 
 
 def check_checkpoint(source: CheckpointSource, plugin_version: str, vllm_version: str | None = None, *,
-                     check_references: bool = False) -> "Checkpoint":
+                     check_references: bool | None = None) -> "Checkpoint":
     """Refuse (``IncompatibleError``) a checkpoint this plugin version must not serve; else return it read.
 
     ``plugin_version``: what ``verify --plugin-version`` takes, or a ``packaging.version.Version``;
@@ -84,25 +89,71 @@ def check_checkpoint(source: CheckpointSource, plugin_version: str, vllm_version
     each table against the digest its file records, the tokenizer files' JSON), then every backbone
     scale tensor decoded (``verify --deep``'s ``nonfinite-scale`` / ``scale-range``). No torch: the
     tables and the scales are streamed once (costs: benchmarks/RESULTS.md).
-    ``check_references``: also hash every file against its download reference (``hash-mismatch``). Raises ``PathNotFound`` when the checkpoint does not exist, ``UsageError`` (the
-    error of a bad argument) for a ``vllm_version`` that names no vLLM version clef-format has rules for.
+    ``check_references``: hash every file the engine or the plugin reads against its download reference
+    (``hash-mismatch``; ``vllm.content``); ``None`` (the default): as ``CLEF_FORMAT_GATE_HASH`` says, on
+    unless it is ``0``/``false``/``no``/``off``. The hashing starts right after the pair check and the
+    streamed checks queue behind it. Raises ``PathNotFound`` when the checkpoint does not exist,
+    ``UsageError`` (the error of a bad argument) for a ``vllm_version`` that names no vLLM version
+    clef-format has rules for, or a ``CLEF_FORMAT_GATE_HASH`` value that is neither on nor off.
     """
     from clef_format.read.checkpoint import open_checkpoint
-    from clef_format.spec.marker import MarkerError, read_marker
-    from clef_format.verify.checks.startup import startup_findings
-    from clef_format.verify.options import VerifyOptions
-    from clef_format.verify.run import verify_checkpoint
+    from clef_format.vllm.content import content_check, hashing_wanted
     from clef_format.vllm_rules.names import check_vllm_version
 
     plugin_version = plugin_version_argument(plugin_version)
     if vllm_version is not None:
         check_vllm_version(vllm_version)
+    hashing = hashing_wanted(check_references)
 
     ck = open_checkpoint(_source_argument(source))
     if ck.unreadable:
         first = next(f for f in ck.findings if f.code == "unreadable")
         raise IncompatibleError("unreadable", first.message, first.fix or "make the checkpoint readable",
                                 [f for f in ck.findings if f.code == "unreadable"])
+    path = str(ck.root)
+    rules = vllm_version or running_vllm()  # whose matching rules verify's pattern check follows
+    content = content_check(ck, hashing, check_references)  # hashing starts now, on every core
+    refused: IncompatibleError | None = None
+    try:
+        errors = _check_errors(ck, plugin_version, content, rules)
+    except IncompatibleError as exc:  # the pair
+        refused, errors = exc, list(exc.findings) or [error(exc.code, exc.reason, fix=exc.fix)]
+    finally:
+        hashed = content.finish() if content else []  # every file against its download reference
+    if refused is not None and not hashed:
+        raise refused
+    errors = hashed + errors  # a file that is not the download's first (an edited marker too): re-downloading it is the fix
+    if errors:
+        first = errors[0]
+        more = f" (and {len(errors) - 1} more: {', '.join(sorted({f.code for f in errors[1:]}))})" if len(errors) > 1 else ""
+        raise IncompatibleError(first.code, first.message + more,
+                                first.fix or f"run clef-format verify {path} and fix what it reports", errors)
+    return ck
+
+
+def _streamed_errors(ck: "Checkpoint") -> list:
+    """What the engine itself reads in full at start (``startup_findings``, as ``verify --deep``: every
+    table row, the recorded digests, the tokenizer), then every backbone scale decoded: the errors of the
+    first that has any."""
+    from clef_format.verify.checks.startup import startup_findings
+    from clef_format.verify.deep import backbone_scale_findings
+
+    errors = [f for f in startup_findings(ck) if f.severity == "error"]
+    if not errors:  # vLLM serves NaN/inf from a bad scale
+        errors = [f for f in backbone_scale_findings(ck) if f.severity == "error"]
+    return errors
+
+
+def _check_errors(ck: "Checkpoint", plugin_version: str, content: "ContentCheck | None",
+                  vllm_version: str | None = None) -> list:
+    """The pair (raised: the clearest reason), then every error of verify's checks (on the rules of
+    ``vllm_version``), then the streamed checks; while ``content`` hashes. Waits for nothing of the hashing
+    but the queued streamed checks."""
+    from clef_format.spec.marker import MarkerError, read_marker
+    from clef_format.verify.options import VerifyOptions
+    from clef_format.verify.run import verify_checkpoint
+    from clef_format.vllm.content import checkpoint_key, proven, remember
+
     path, snapshot = str(ck.root), ck.hf_snapshot
     if not ck.layout_unread:  # else no layout is known: verify's checks below give the reading finding
         try:
@@ -113,21 +164,12 @@ def check_checkpoint(source: CheckpointSource, plugin_version: str, vllm_version
         if ck.layout is Layout.LAYOUT_2 and not ck.has(TABLES) and TABLES not in ck.bad_headers:
             raise IncompatibleError("tables-missing", f"the marker says layout-2 but {TABLES} is missing",
                                     f"download {TABLES} from the same revision of the checkpoint")
-    options = VerifyOptions(vllm_version=vllm_version or running_vllm())
+    options = VerifyOptions(vllm_version=vllm_version)
     errors = [f for f in verify_checkpoint(ck, path, options).findings if f.severity == "error"]
-    if not errors:  # what the engine reads in full at start: every table row, the recorded digests, the tokenizer
-        errors = [f for f in startup_findings(ck) if f.severity == "error"]
-    if not errors:  # every backbone scale decoded, as verify --deep: vLLM serves NaN/inf from a bad one
-        from clef_format.verify.deep import backbone_scale_findings
-
-        errors = [f for f in backbone_scale_findings(ck) if f.severity == "error"]
-    if not errors and check_references:  # every file against its download reference, as verify --deep
-        from clef_format.verify.deep import reference_findings
-
-        errors = [f for f in reference_findings(ck, sorted(ck.files)) if f.severity == "error"]
-    if errors:
-        first = errors[0]
-        more = f" (and {len(errors) - 1} more: {', '.join(sorted({f.code for f in errors[1:]}))})" if len(errors) > 1 else ""
-        raise IncompatibleError(first.code, first.message + more,
-                                first.fix or f"run clef-format verify {path} and fix what it reports", errors)
-    return ck
+    key = checkpoint_key(ck, f"streamed {vllm_version}")
+    if not errors and not proven(key):  # the streamed checks, queued behind the files being hashed
+        streamed = content.after(lambda: _streamed_errors(ck)) if content else None
+        errors = streamed.result() if streamed else _streamed_errors(ck)
+        if not errors:  # the plugin's later calls in this process skip them while no file changes
+            remember(key, ck, f"streamed {vllm_version}")
+    return errors

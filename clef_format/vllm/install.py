@@ -14,7 +14,7 @@ from clef_format.spec.layouts import Layout
 from clef_format.vllm.completeness import WriteTracker
 from clef_format.vllm.gate import CheckpointSource, check_checkpoint
 from clef_format.vllm.int8_tables import AllReduce, Int8Tables, load_int8_tables
-from clef_format.vllm.weights import _stream, skipped_tensors
+from clef_format.vllm.weights import skipped_tensors, stream_backbone
 
 #: Where vLLM's Qwen3.5 classes keep the two tables: multimodal first, then text-only.
 EMBED_PATHS = ("language_model.model.embed_tokens", "model.embed_tokens")
@@ -84,7 +84,7 @@ def load_weights(model: torch.nn.Module, source: CheckpointSource, plugin_versio
         tables = load_int8_tables(ck, device, rank, size, out_dtype=dtype, all_reduce=reduce)
         install_int8_tables(model, tables, replace_lm_head=replace_lm_head)
     tracker = WriteTracker(model, exempt).arm()
-    loaded = load(tracker.record(_stream(ck, skipped_tensors(ck))))
+    loaded = load(tracker.record(stream_backbone(ck, skipped_tensors(ck))))
     tracker.check(loaded)
     names = set(loaded) if loaded is not None else set(tracker.params)
     return names

@@ -31,10 +31,11 @@ def backbone_weights(source: CheckpointSource, plugin_version: str) -> Iterator[
     everything else ``check_checkpoint`` refuses, by raising ``IncompatibleError`` right here.
     """
     ck = check_checkpoint(source, plugin_version)
-    return _stream(ck, skipped_tensors(ck))
+    return stream_backbone(ck, skipped_tensors(ck))
 
 
-def _stream(ck: "Checkpoint", skip: frozenset[str]) -> Iterator[tuple[str, "torch.Tensor"]]:
+def stream_backbone(ck: "Checkpoint", skip: frozenset[str]) -> Iterator[tuple[str, "torch.Tensor"]]:
+    """The backbone tensors of a checked checkpoint, file by file, except the names in ``skip``."""
     from safetensors import safe_open
 
     for rel in ck.backbone_files:

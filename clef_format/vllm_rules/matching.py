@@ -589,7 +589,7 @@ class HfDecision(Record):
     ignored: bool = False
 
 
-def _ct_match(name: str, target: str, classes: tuple[str, ...]) -> bool:
+def ct_match(name: str, target: str, classes: tuple[str, ...]) -> bool:
     """compressed-tensors ``is_match`` for one target: ``match_name`` (the same ``re.match`` /
     equality vLLM uses, so it shares ``equal_or_regex``'s cache) or an exact class name."""
     return equal_or_regex(name, target) or target in classes
@@ -621,9 +621,9 @@ class _HfResolver:
 
     def __call__(self, name: str) -> HfDecision:
         qc, classes = self.qc, self.classes
-        if not any(_ct_match(name, t, classes) for t in qc.hf_targets):
+        if not any(ct_match(name, t, classes) for t in qc.hf_targets):
             return HfDecision(name, None)
-        if any(_ct_match(name, i, classes) for i in qc.ignore):
+        if any(ct_match(name, i, classes) for i in qc.ignore):
             return HfDecision(name, None, ignored=True)
         by_name = [t for t in self.ordered if equal_or_regex(name, t)]
         by_class = [t for t in self.ordered if t in classes and t not in by_name]

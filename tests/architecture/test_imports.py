@@ -104,9 +104,20 @@ def imports_of(path: Path) -> list[str]:
     return out
 
 
+#: The repository's top-level folders installed inside clef_format through symlinks: an import of
+#: ``migrations.x`` or ``fixtures.x`` (the repository root on ``sys.path``) loads the same file as
+#: ``clef_format.migrations.x``, so it is checked as that.
+SYMLINKED = ("migrations", "fixtures")
+
+
+def canonical(name: str) -> str:
+    """The ``clef_format.`` name of an import (top-level ``migrations``/``fixtures`` resolved to the package)."""
+    return f"clef_format.{name}" if name.split(".")[0] in SYMLINKED else name
+
+
 def _target(name: str) -> str | None:
     """The clef_format package an import names (``migrate.plan`` kept whole for the planning primitives)."""
-    parts = name.split(".")
+    parts = canonical(name).split(".")
     if parts[0] != "clef_format" or len(parts) < 2:
         return None
     if parts[1] == "migrate" and len(parts) > 2 and parts[2] in ("plan", "build"):
@@ -129,6 +140,156 @@ def violations() -> list[str]:
             if top in RESTRICTED and pkg not in RESTRICTED[top]:
                 bad.append(f"{path.relative_to(PKG)} imports {top}, allowed only in {sorted(RESTRICTED[top])}")
     return bad
+
+
+def module_file(name: str, root: Path | None = None) -> Path | None:
+    """The module file an import loads: ``clef_format.a.b`` -> ``a/b.py`` or ``a/b/__init__.py`` under the
+    package (the symlinked migrations/ and fixtures/ followed); ``None`` outside clef_format."""
+    root = PKG if root is None else root
+    parts = canonical(name).split(".")
+    if parts[0] != "clef_format":
+        return None
+    base = root.joinpath(*parts[1:])
+    for candidate in (base.with_suffix(".py") if len(parts) > 1 else None, base / "__init__.py"):
+        if candidate is not None and candidate.is_file():
+            return candidate
+    return None
+
+
+def _imported(node: ast.AST, path: Path) -> list[tuple[str, str | None]]:
+    """(module, name) pairs of one import statement: ``(mod, None)`` for ``import mod``, ``(mod, name)`` for
+    ``from mod import name`` (relative imports resolved against ``path``)."""
+    if isinstance(node, ast.Import):
+        return [(a.name, None) for a in node.names]
+    assert isinstance(node, ast.ImportFrom)
+    if node.level:
+        here = ["clef_format", *path.relative_to(PKG).with_suffix("").parts]
+        mod = ".".join(here[: len(here) - node.level] + ([node.module] if node.module else []))
+    else:
+        mod = node.module or ""
+    return [(mod, a.name) for a in node.names]
+
+
+def _runtime_imports(path: Path) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement of a file that runs (not those under ``if TYPE_CHECKING:``)."""
+    out: list[ast.Import | ast.ImportFrom] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.append(node)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return out
+
+
+def file_graph() -> dict[Path, set[Path]]:
+    """File -> the module files of clef_format it imports (``from pkg import sub`` counts as ``pkg.sub``
+    when ``sub`` is a module, else as ``pkg``)."""
+    graph: dict[Path, set[Path]] = {}
+    for path in _modules():
+        edges: set[Path] = set()
+        for node in _runtime_imports(path):
+            for mod, name in _imported(node, path):
+                target = (module_file(f"{mod}.{name}") if name else None) or module_file(mod)
+                if target is not None and target != path:  # a module importing itself (a __main__ block) is no circle
+                    edges.add(target)
+        graph[path] = edges
+    return graph
+
+
+def circles(graph: dict[Path, set[Path]]) -> list[list[str]]:
+    """The import circles between files: every strongly connected component of more than one file (Tarjan)."""
+    index: dict[Path, int] = {}
+    low: dict[Path, int] = {}
+    stack: list[Path] = []
+    on_stack: set[Path] = set()
+    found: list[list[str]] = []
+
+    def strong(v: Path) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(str(w.relative_to(PKG)))
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    return sorted(found)
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_reaches() -> list[str]:
+    """Every use of another module's private (underscore) name: ``from mod import _name``, and
+    ``alias._name`` where ``alias`` is a clef_format module this file imported."""
+    bad = []
+    for path in _modules():
+        rel = path.relative_to(PKG)
+        aliases: dict[str, Path] = {}
+        for node in _runtime_imports(path):
+            for mod, name in _imported(node, path):
+                if module_file(mod) is None:
+                    continue
+                as_module = module_file(f"{mod}.{name}") if name else module_file(mod)
+                bound = next(a for a in node.names if a.name == (name or mod))
+                if name and _private(name) and as_module is None:
+                    bad.append(f"{rel} imports {name} from {mod}")
+                if as_module is not None and as_module != path:
+                    if _private((name or mod).split(".")[-1]):
+                        bad.append(f"{rel} imports the private module {mod}{'.' + name if name else ''}")
+                    if bound.asname or name:  # `import a.b` binds `a`, not the module: only aliases are followed
+                        aliases[bound.asname or name or mod] = as_module
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                    and _private(node.attr)):
+                bad.append(f"{rel} reaches {node.value.id}.{node.attr}")
+    return bad
+
+
+def test_no_import_circle_between_files() -> None:
+    """No file imports, directly or through others, a file that imports it (lazy imports inside functions
+    count: a circle is one job cut in two, whatever the import order papers over)."""
+    assert circles(file_graph()) == []
+
+
+def test_no_module_reaches_into_anothers_private_names() -> None:
+    """A name shared between modules is public: an underscore name is its module's own."""
+    assert private_reaches() == []
+
+
+def test_the_symlinked_packages_are_resolved() -> None:
+    """The arrows of migrations/ and fixtures/ are checked: their imports resolve to the files behind the
+    symlinks, under either name."""
+    graph = file_graph()
+    session, steps, builders = PKG / "migrate" / "session.py", PKG / "migrations" / "__init__.py", PKG / "fixtures" / "builders.py"
+    assert steps in graph[session]
+    assert PKG / "migrate" / "plan.py" in graph[steps]
+    assert PKG / "cli" / "commands" / "example_cmd.py" in {p for p, e in graph.items() if builders in e}
+    assert module_file("fixtures.builders") == module_file("clef_format.fixtures.builders") == builders
+    assert _target("migrations.v0001_int8_tables") == "migrations"
 
 
 #: The libraries of the test tiers, which no module of the fixture builders may import: the builders (and

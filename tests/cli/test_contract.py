@@ -23,7 +23,7 @@ from typing import Callable
 
 import pytest
 
-from clef_format.cli.main import COMMANDS
+from clef_format.cli.commands import COMMANDS
 from clef_format.report import ENVELOPE_KEYS
 from clef_format.spec import layouts as L
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clef_format.cli.main import COMMANDS
+from clef_format.cli.commands import COMMANDS
 from clef_format.spec.findings import CODES
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()

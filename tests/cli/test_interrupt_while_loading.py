@@ -15,7 +15,8 @@ from clef_format.fixtures.builders import build_checkpoint
 
 #: Imported before ``main`` runs (the console script's ``from clef_format.cli import main``): the only
 #: window where a Ctrl-C is Python's own traceback. Keep it to these light modules.
-BEFORE_MAIN = {"__future__", "gc", "clef_format", "clef_format.cli", "clef_format.cli.main", "clef_format.errors"}
+BEFORE_MAIN = {"__future__", "gc", "clef_format", "clef_format.cli", "clef_format.cli.main", "clef_format.cli.commands",
+               "clef_format.errors"}
 
 #: Modules placed in ``sys.modules`` by another import, never searched for (no finder runs: nothing to interrupt).
 ALIASES = {"importlib._bootstrap", "importlib._bootstrap_external", "typing.io", "typing.re"}

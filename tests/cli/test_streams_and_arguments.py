@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from clef_format.cli.main import COMMANDS
+from clef_format.cli.commands import COMMANDS
 from clef_format.errors import UsageError
 from clef_format.spec.findings import COULD_NOT_RUN
 

@@ -160,8 +160,10 @@ def test_the_gate_refuses_exactly_what_verify_rejects(case: hostile_cases.Case, 
     pattern, an int8 -128 ... are all refused at start-up, not only reported by verify)."""
     root = hostile_cases.fresh_copy(tmp_path / "ck")
     case.build(root)
-    # the gate decodes every scale as verify --deep does; download references only with check_references
-    refused, errors = _gate_and_verify(root, "0.2.1", deep=case.deep and case.code in {"nonfinite-scale", "scale-range"})
+    # the gate decodes every scale and hashes what the engine reads against the download's references as
+    # verify --deep does; a manifest it cannot use is logged, not refused (the engine never reads it)
+    deep = case.deep and case.code in {"nonfinite-scale", "scale-range", "hash-mismatch", "missing-file"}
+    refused, errors = _gate_and_verify(root, "0.2.1", deep=deep)
     if errors:
         assert refused is not None, f"{case.name}: verify reports {sorted(errors)} but the gate serves it"
         pair = {"plugin-incompatible", "marker-invalid", "marker-missing", "unknown-layout", "tables-missing"}

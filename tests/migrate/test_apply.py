@@ -19,8 +19,8 @@ from clef_format.migrate.apply import _verify_staged
 from clef_format.migrate.crash import CRASH_ENV
 from clef_format.migrate.preflight import preflight, survey_source
 from clef_format.migrate.recovery import _decide, pending_recovery, recover
-from clef_format.migrate.swap import SwapFailed, _swap
-from clef_format.migrate.workspace import Lock, Target, _rmtree, fingerprint, make_target, read_journal, write_journal
+from clef_format.migrate.swap import SwapFailed, swap_in
+from clef_format.migrate.workspace import Lock, Target, fingerprint, make_target, read_journal, remove_tree, write_journal
 from clef_format.read.checkpoint import read_checkpoint
 from clef_format.spec import layouts as L
 from tests.support.migrate import file_digests, run_json, siblings, verified
@@ -233,7 +233,7 @@ def test_a_swap_that_fails_before_the_new_tree_is_in_leaves_the_checkpoint_as_it
     before = file_digests(root)
     journal = journal_for(target, "staged", {})  # ws/new is gone: the exchange cannot happen
     with pytest.raises(SwapFailed) as err:
-        _swap(target, journal)
+        swap_in(target, journal)
     assert "nothing was changed" in err.value.strerror
     assert file_digests(root) == before and siblings(root) == []
 
@@ -352,7 +352,7 @@ def test_a_tree_that_cannot_be_deleted_raises_naming_what_stayed(tmp_path: Path)
         (ws / "sub" / "f").write_text("x")
         subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True, capture_output=True)
         with pytest.raises(OSError) as err:
-            _rmtree(str(ws))
+            remove_tree(str(ws))
         assert err.value.strerror == f"cannot delete {ws}: Read-only file system"
         assert err.value.filename and os.path.basename(err.value.filename) == "f"  # the entry that stayed
         assert (ws / "sub" / "f").read_text() == "x"
@@ -369,7 +369,7 @@ def test_deleting_a_tree_with_a_mount_inside_refuses_before_deleting_anything(tm
     (ws / "mnt" / "theirs.txt").write_text("another disk's")
     try:
         with pytest.raises(OSError) as err:
-            _rmtree(str(ws))
+            remove_tree(str(ws))
         assert err.value.strerror == f"{ws / 'mnt'} is a mount point: nothing below it is deleted (unmount it, then run again)"
         assert err.value.filename == str(ws)
         assert (ws / "mnt" / "theirs.txt").read_text() == "another disk's" and (ws / "mine.txt").is_file()

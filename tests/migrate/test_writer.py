@@ -1,5 +1,6 @@
-"""writer on real files: byte ranges copied exactly where they belong (with and without copy_file_range),
-short writes continued at the right offset, and the files a migration writes (index, tables metadata, modes)."""
+"""fileio and writer on real files: byte ranges copied exactly where they belong (with and without
+copy_file_range), short writes continued at the right offset, and the files a migration writes (index,
+tables metadata, modes)."""
 
 from __future__ import annotations
 
@@ -13,17 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from clef_format.migrate import writer
+from clef_format.migrate import fileio
 from clef_format.read.safetensors import read_header
 from clef_format.spec import layouts as L
 from tests.support.migrate import run_json
 
 
-
 @pytest.mark.parametrize("kernel_copy", [True, False])
 def test_copy_range_copies_exactly_its_range(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel_copy: bool) -> None:
-    monkeypatch.setattr(writer, "FALLBACK_BUFFER", 4096)
-    monkeypatch.setattr(writer, "COPY_CHUNK", 4096)
+    monkeypatch.setattr(fileio, "FALLBACK_BUFFER", 4096)
+    monkeypatch.setattr(fileio, "COPY_CHUNK", 4096)
     if not kernel_copy:
         monkeypatch.delattr(os, "copy_file_range", raising=False)  # a platform without it
     data = bytes(range(256)) * 80  # 20480 bytes
@@ -31,7 +31,7 @@ def test_copy_range_copies_exactly_its_range(tmp_path: Path, monkeypatch: pytest
     (tmp_path / "dst").write_bytes(b"\xee" * 20000)
     ticks: list[int] = []
     with open(tmp_path / "src", "rb") as s, open(tmp_path / "dst", "r+b") as d:
-        writer.copy_range(s.fileno(), d.fileno(), 100, 10000, ticks.append, dst_offset=50)
+        fileio.copy_range(s.fileno(), d.fileno(), 100, 10000, ticks.append, dst_offset=50)
     out = (tmp_path / "dst").read_bytes()
     assert len(out) == 20000 and out[50:10050] == data[100:10100]
     assert out[:50] == b"\xee" * 50 and out[10050:] == b"\xee" * 9950
@@ -46,7 +46,7 @@ def test_write_all_at_continues_a_short_write_right_after_it(tmp_path: Path) -> 
         resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))  # the first write stops at 4096
         try:
             with pytest.raises(OSError) as err:
-                writer.write_all_at(fh.fileno(), data, 1000)
+                fileio.write_all_at(fh.fileno(), data, 1000)
         finally:
             resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
             signal.signal(signal.SIGXFSZ, old)

@@ -223,7 +223,7 @@ MUTANTS = [
            ("tests/scenarios/test_durability.py",)),
     # --- the world changes while migrate stages: proven unchanged before the swap, no deletion through a mount
     Mutant("source-not-rechecked-before-swap", "clef_format/migrate/apply.py",
-           "    _swap(target, journal, recheck)", "    _swap(target, journal)",
+           "    swap_in(target, journal, recheck)", "    swap_in(target, journal)",
            ("tests/scenarios/test_world_changes.py::test_a_refusal_names_the_command_that_redoes_the_step",)),
     Mutant("cleanup-deletes-through-a-mount", "clef_format/migrate/workspace.py",
            "    _refuse_mounts(path)\n", "",

@@ -273,14 +273,14 @@ def test_an_empty_mount_point_as_output_is_refused_before_writing(fresh, capsys,
 
 
 def test_no_cleanup_deletes_through_a_mount(tmp_path: Path, mounts) -> None:
-    from clef_format.migrate.workspace import _rmtree
+    from clef_format.migrate.workspace import remove_tree
 
     tree = tmp_path / "made-by-migrate"
     (tree / "sub").mkdir(parents=True)
     mounts("-t", "tmpfs", "none", str(tree / "sub"))
     (tree / "sub" / "theirs.txt").write_text("not migrate's")
     with pytest.raises(OSError, match="is a mount point"):
-        _rmtree(str(tree))
+        remove_tree(str(tree))
     assert (tree / "sub" / "theirs.txt").read_text() == "not migrate's"
 
 

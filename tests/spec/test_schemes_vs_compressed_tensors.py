@@ -29,7 +29,7 @@ PATTERNS = sorted(set(TARGETS) | set(IGNORES))
 @settings(max_examples=300, deadline=None)
 @given(st.sampled_from(HF_NAMES), st.sampled_from(PATTERNS))
 def test_hf_module_match_equals_is_match(name: str, pattern: str) -> None:
-    assert R._ct_match(name, pattern, vllm_names.HF_LINEAR_CLASSES) == is_match(name, LINEAR, pattern)
+    assert R.ct_match(name, pattern, vllm_names.HF_LINEAR_CLASSES) == is_match(name, LINEAR, pattern)
 
 
 @settings(max_examples=60, deadline=None)

@@ -296,14 +296,15 @@ def _layer_swapped(root: Path) -> None:
 
 
 @pytest.mark.parametrize("mutate", [_fp8_scale_x2, _layer_swapped], ids=["fp8-weight-scale-x2", "layer-tensor-swapped"])
-def test_the_gate_checks_download_references_when_asked(fresh, mutate) -> None:
+def test_the_gate_checks_download_references(fresh, mutate) -> None:
     from clef_format.cli.main import main
 
     root = fresh("layout-2", "fp8", num_layers=4)
     assert main(["manifest", str(root), "--json"]) == 0
     mutate(root)
     assert _errors(verify(str(root), deep=True)) == {"hash-mismatch"}
-    assert _gate_code(root) is None  # by default the gate reads no backbone data
+    assert _gate_code(root) == "hash-mismatch"  # by default the gate hashes what the engine reads
+    assert check_checkpoint(root, "0.2.0", check_references=False)  # the opt-out: no other check sees it
     with pytest.raises(IncompatibleError) as exc:
         check_checkpoint(root, "0.2.0", check_references=True)
     assert exc.value.code == "hash-mismatch" and L.BACKBONE_SINGLE in exc.value.reason

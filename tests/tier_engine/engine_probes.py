@@ -82,13 +82,16 @@ def parameter(model: torch.nn.Module, name: str) -> dict[str, Any]:
 def check_costs(model: torch.nn.Module, root: str, plugin_version: str, repeat: int = 5) -> dict[str, Any]:
     """Seconds the plugin's checks take in the worker, on this model's real parameters.
 
-    ``gate``: ``check_checkpoint`` (what the model's constructor runs). ``arm`` / ``check``:
+    ``gate``: ``check_checkpoint`` (what the model's constructor runs), hashing every file against its
+    download reference with nothing remembered from the call before; ``gate_unhashed``: the same with
+    ``check_references=False`` (the opt-out). ``arm`` / ``check``:
     ``WriteTracker`` over copies of every parameter (arming is destructive, so it runs on copies
     held by a plain module; same dtypes, shapes and bytes). Each the best of ``repeat``.
     """
     import time
 
     from clef_format import vllm as hooks
+    from clef_format.vllm.content import forget_verified
 
     def best(fn: Any) -> float:
         times = []
@@ -103,7 +106,8 @@ def check_costs(model: torch.nn.Module, root: str, plugin_version: str, repeat: 
         holder.register_parameter(f"p{i}", torch.nn.Parameter(p.detach().clone(), requires_grad=False))
     tracker = hooks.WriteTracker(holder)
     return {
-        "gate": best(lambda: hooks.check_checkpoint(root, plugin_version)),
+        "gate": best(lambda: (forget_verified(), hooks.check_checkpoint(root, plugin_version, check_references=True))),
+        "gate_unhashed": best(lambda: hooks.check_checkpoint(root, plugin_version, check_references=False)),
         "arm": best(tracker.arm),
         "check": best(tracker.unwritten),
         "params": sum(p.numel() for p in holder.parameters()),

@@ -9,7 +9,8 @@ from typing import Callable
 
 from clef_format.read.checkpoint import read_checkpoint
 from clef_format.spec import layouts as L
-from clef_format.verify.layers import layers_report, layers_view
+from clef_format.verify.layers import layers_view
+from clef_format.verify.layers_report import layers_report
 from clef_format.verify.options import VerifyOptions
 from clef_format.verify.run import verify_checkpoint
 

@@ -16,6 +16,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from clef_format.cli.output import finish
     from clef_format.cli.render import render_layers_report
-    from clef_format.verify.layers import layers_report
+    from clef_format.verify.layers_report import layers_report
 
     return finish(layers_report(args.path, args.vllm_version), args.json, render_layers_report)

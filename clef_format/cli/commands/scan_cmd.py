@@ -121,11 +121,6 @@ def scan_report(roots: list[str], rows: list[Row], limits: tuple[str, ...],
                        ScanDetails(list(roots) or [hub_cache()], tuple(rows), Totals.of(rows), commands))
 
 
-def printable(text: str) -> str:
-    """``text`` on one line: control characters (a newline in a folder name) escaped, as Python writes them."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
 def fix_commands(rows: list[Row], into: str) -> list[dict[str, str]]:
     """Per BROKEN copy: the command that fixes it (a migrate), or the advice when no command can."""
     import re
@@ -154,6 +149,8 @@ def fix_commands(rows: list[Row], into: str) -> list[dict[str, str]]:
 def fix_script(rows: list[Row], into: str) -> str:
     """``--fixable`` as text: one runnable command per line; advice that is no command as a comment, on one
     line whatever the folder's name holds (a newline in it could otherwise end the comment)."""
+    from clef_format.cli.render import printable
+
     lines = []
     for item in fix_commands(rows, into):
         if "command" in item and item["command"].isprintable():

@@ -121,7 +121,7 @@ def _expand(name: str, arch: str) -> tuple[str, ...]:
 def _hf_hits(model_cfg: ModelConfig, pattern: str, by_class: bool) -> list[str]:
     specs = [*linear_modules(model_cfg), vllm_names.lm_head_spec(model_cfg)]
     classes = vllm_names.HF_LINEAR_CLASSES if by_class else ()
-    return [s.name for s in specs if R._ct_match(s.name, pattern, classes)]
+    return [s.name for s in specs if R.ct_match(s.name, pattern, classes)]
 
 
 def _expected_layers(model: VllmModel, hf_names: set[str]) -> set[str]:
