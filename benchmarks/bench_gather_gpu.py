@@ -202,7 +202,9 @@ def sweep(t: Tables, rep_ms: int, seed: int, all_results: dict) -> str:
         base = bench(graphed(lambda: torch.nn.functional.embedding(ids, t.bf16)), rep_ms)
         res = []
         for cfg in configs:
-            fn = lambda cfg=cfg: _gather_triton(t.q, t.scale, ids, torch.bfloat16, 0, vocab, cfg)
+            def fn(cfg: KernelConfig = cfg) -> torch.Tensor:
+                return _gather_triton(t.q, t.scale, ids, torch.bfloat16, 0, vocab, cfg)
+
             assert same_bits(fn(), ref), cfg
             res.append((bench(graphed(fn), rep_ms), cfg))
         all_results[n] = {"bf16_ms": base, "fused_ms": {str(c): ms for ms, c in res}}

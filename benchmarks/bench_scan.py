@@ -74,7 +74,8 @@ def build_cache(cache: Path, src: Path, repos: int, revisions: int, unrelated: i
         (repo / "blobs").mkdir()
         (repo / "refs").mkdir()
         (repo / "refs" / "main").write_text(commit)
-        for name, data in (("config.json", b'{"model_type": "bert"}'), ("model.safetensors", b"\x02\x00\x00\x00\x00\x00\x00\x00{}"),
+        for name, data in (("config.json", b'{"model_type": "bert"}'),
+                           ("model.safetensors", b"\x02\x00\x00\x00\x00\x00\x00\x00{}"),
                            ("tokenizer.json", b"{}"), ("README.md", b"# unrelated %d" % u)):
             etag = hashlib.sha1(data + name.encode()).hexdigest()
             (repo / "blobs" / etag).write_bytes(data)

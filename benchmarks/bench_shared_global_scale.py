@@ -119,7 +119,7 @@ def real(path: Path) -> list[dict[str, float | str]]:
             p = f"{la}.{s}"
             shards[s] = (unpack(t[f"{p}.weight_packed"].data), e4m3_values(t[f"{p}.weight_scale"].data),
                          float(t[f"{p}.weight_global_scale"].data.reshape(-1)[0]))
-        (qa, sa, ga), (qb, sb, gb) = shards["in_proj_qkv"], shards["in_proj_z"]
+        (_, _, ga), (_, _, gb) = shards["in_proj_qkv"], shards["in_proj_z"]
         if ga == gb:
             continue
         for name, (q, s, g), other in (("in_proj_qkv", shards["in_proj_qkv"], gb), ("in_proj_z", shards["in_proj_z"], ga)):

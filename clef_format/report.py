@@ -18,6 +18,8 @@ from clef_format.spec.findings import COULD_NOT_RUN, Finding
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
     from typing import Any, Iterable, Mapping, Protocol
+
+    from clef_format.spec.findings import Severity
 else:
     Protocol = object
 
@@ -26,10 +28,11 @@ ENVELOPE_KEYS = ("command", "path", "layout", "ok", "findings")
 
 
 class Details(Protocol):
-    """A command's own keys, typed. ``CAPPED_AFTER``: the key the report's ``capped`` count follows in the
+    """A command's own keys, typed. ``capped_after``: the key the report's ``capped`` count follows in the
     JSON object (``None``: last), where the contract has always had it."""
 
-    CAPPED_AFTER: str | None
+    @property
+    def capped_after(self) -> str | None: ...
 
     def to_dict(self) -> dict[str, Any]: ...
 
@@ -40,7 +43,9 @@ class Keys(Record):
 
     values: dict[str, Any]
 
-    CAPPED_AFTER = None
+    @property
+    def capped_after(self) -> str | None:
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.values)
@@ -74,7 +79,7 @@ class Report(Record):
                                "findings": [f.to_dict() for f in self.findings]}
         own = self.details.to_dict()
         if self.capped:
-            own = _with_key(own, "capped", dict(self.capped), self.details.CAPPED_AFTER)
+            own = _with_key(own, "capped", dict(self.capped), self.details.capped_after)
         for key, value in own.items():
             if key not in out:
                 out[key] = value
@@ -106,7 +111,7 @@ def cap_findings(findings: Iterable[Finding]) -> tuple[list[Finding], dict[str, 
     returns ``{"code/severity": N}`` of what was left out. A class of exactly one more than the cap is kept
     whole (a summary would save nothing), which makes capping a capped list change nothing."""
     findings = list(findings)
-    counts: dict[tuple[str, str], int] = {}
+    counts: dict[tuple[str, Severity], int] = {}
     for f in findings:
         key = (f.code, f.severity)
         counts[key] = counts.get(key, 0) + 1
@@ -114,7 +119,7 @@ def cap_findings(findings: Iterable[Finding]) -> tuple[list[Finding], dict[str, 
     if not over:
         return findings, {}
     kept: list[Finding] = []
-    seen: dict[tuple[str, str], int] = {}
+    seen: dict[tuple[str, Severity], int] = {}
     for f in findings:
         key = (f.code, f.severity)
         if key in over:
@@ -133,15 +138,14 @@ def cap_findings(findings: Iterable[Finding]) -> tuple[list[Finding], dict[str, 
 
 
 def make_report(command: str, path: str | None, layout: str | None = None, findings: Iterable[Finding] = (),
-                details: Details | Mapping[str, Any] | None = None, capped: Mapping[str, int] | None = None) -> Report:
-    """A frozen report. ``details``: the command's record, or a plain mapping (copied into ``Keys``).
+                details: Details | dict[str, Any] | None = None, capped: Mapping[str, int] | None = None) -> Report:
+    """A frozen report. ``details``: the command's record, or a plain dict (copied into ``Keys``).
     Findings are capped per class (``cap_findings``); what was left out is counted in ``capped``, added
     to the ``capped`` given (findings capped before: capping them again leaves nothing out)."""
     kept, left_out = cap_findings(findings)
-    if details is None or not hasattr(details, "to_dict"):  # a plain mapping
-        details = Keys(dict(details or {}))
+    own = Keys(dict(details)) if isinstance(details, dict) else Keys({}) if details is None else details
     counts = {**(capped or {}), **left_out}
-    return Report(command, path, layout, tuple(kept), details, counts or None)
+    return Report(command, path, layout, tuple(kept), own, counts or None)
 
 
 class DetailsDraft(Protocol):

@@ -1,6 +1,6 @@
 """layout-1 -> layout-2: the BF16 tables leave the backbone for int8 ``clef_head/tables_int8.safetensors``.
 
-upgrade: quantize ``embed_tokens`` and ``lm_head`` row block by row block (format: clef_format.tables_format),
+upgrade: quantize ``embed_tokens`` and ``lm_head`` row block by row block (format: clef_format.spec.tables_format),
 rewrite each backbone file that held them without them (every other tensor copied byte for byte,
 header metadata kept, index kept consistent), add the ``requires_clef_vllm`` marker.
 downgrade: decode the int8 tables back into the backbone and drop the marker, for clef-vllm 0.1.x.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create .venv with clef-format (editable) and everything the main test tier needs.
+# Create .venv with clef-format (editable), everything the main test tier needs, and the linters.
 # Idempotent: re-running installs only when pyproject.toml or this script changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +14,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # torch 2.13.0 first: machines of this kind hold its CPU build on disk; elsewhere pip fetches it.
   .venv/bin/python -m pip install -q "torch==2.13.0" >&2
   # compat mode: a plain path entry, so `clef-format` starts without an import hook.
-  .venv/bin/python -m pip install -q -e ".[test]" --config-settings editable_mode=compat >&2
+  .venv/bin/python -m pip install -q -e ".[test,lint]" --config-settings editable_mode=compat >&2
   echo "$want" > "$stamp"
 fi
 # Byte-compile the sources (PYTHONDONTWRITEBYTECODE may be set): start-up time is measured.

@@ -41,13 +41,19 @@ def short(text: str, limit: int = 170) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def tool_errors(row: dict | None) -> str:
+    """The tool's error codes after its verdict, if it had any."""
+    return " " + ", ".join(sorted(set(row.get("tool_errors") or []))) if row and row.get("tool_errors") else ""
+
+
 def table(reports: list[dict]) -> str:
     names = sorted({n for r in reports for n in r["rows"]})
-    head = "| output | " + " | ".join(f"clef-format ({r['vllm']}) | vLLM {r['vllm']} | verdict / layers / migrate" for r in reports)
+    head = "| output | " + " | ".join(f"clef-format ({r['vllm']}) | vLLM {r['vllm']} | verdict / layers / migrate"
+                                      for r in reports)
     lines = [head + " | what vLLM did |", "|" + " --- |" * (1 + 3 * len(reports) + 1)]
     for n in names:
         rows = [r["rows"].get(n) for r in reports]
-        cells = [f"{cell(row, 'tool')}{' ' + ', '.join(sorted(set(row.get('tool_errors') or []))) if row and row.get('tool_errors') else ''} | {cell(row, 'vllm')} | {agree(row)}" for row in rows]
+        cells = [f"{cell(row, 'tool')}{tool_errors(row)} | {cell(row, 'vllm')} | {agree(row)}" for row in rows]
         says = {r["vllm"]: short(row.get("vllm_says") or row.get("note", "")) for r, row in zip(reports, rows) if row}
         said = next(iter(says.values())) if len(set(says.values())) == 1 else "; ".join(f"{v}: {t}" for v, t in says.items())
         lines.append(f"| {n} | " + " | ".join(cells) + f" | {said.replace('|', '/')} |")

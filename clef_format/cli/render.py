@@ -51,7 +51,8 @@ def render_report(report: Report, title: str | None = None, layout_text: str | N
     verdict = style("OK", "green", True) if report.ok else style("BROKEN", "error", True)
     lines = [
         f"{style(title or report.command, bold=True)} {report.path}",
-        f"  layout   {layout_text or (style(report.layout, bold=True) if report.layout is not None else '- (no checkpoint there)')}",
+        "  layout   " + (layout_text or (style(report.layout, bold=True) if report.layout is not None
+                                        else "- (no checkpoint there)")),
         f"  result   {verdict}  ({errors} error(s), {warnings} warning(s))",
     ]
     files = verified.files if verified is not None else {}
@@ -128,11 +129,11 @@ def render_layers_report(report: Report) -> str:
     from clef_format.verify.layers import LayersDetails
 
     details = report.details
-    view = details.view if isinstance(details, LayersDetails) else None
-    parts = [render_report(report, title="layers")] if report.findings or view is None else []
-    if view is not None:
-        parts += [f"vLLM {details.vllm_version} rules", render_layers(view)]  # type: ignore[union-attr]
-    return "\n\n".join(t for t in parts if t)
+    if not isinstance(details, LayersDetails) or details.view is None:
+        return render_report(report, title="layers")
+    parts = [render_report(report, title="layers")] if report.findings else []
+    parts += [f"vLLM {details.vllm_version} rules", render_layers(details.view)]
+    return "\n\n".join(parts)
 
 
 def render_manifest(report: Report) -> str:

@@ -39,7 +39,17 @@ from clef_format.migrate.plan import Plan, Safetensors
 from clef_format.migrate.preflight import survey_source
 from clef_format.migrate.swap import cleanup_or_say, swap_in
 from clef_format.migrate.tree_state import TreeState, changes, snapshot
-from clef_format.migrate.workspace import Journal, Phase, Target, fingerprint, read_journal, remove_tree, write_journal
+from clef_format.migrate.workspace import (
+    NOT_READ,
+    Journal,
+    NotRead,
+    Phase,
+    Target,
+    fingerprint,
+    read_journal,
+    remove_tree,
+    write_journal,
+)
 from clef_format.migrate.writer import wait_all, write_output
 from clef_format.progress import NO_PROGRESS, Progress
 from clef_format.read.checkpoint import Checkpoint, read_checkpoint
@@ -55,6 +65,9 @@ class Result:
     carried_by: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)  # wall time per phase and per written file
     entries: dict[str, int] = field(default_factory=dict)  # user entries before and after
+    #: verify's report on the staged tree: the tree now at the target, the same bytes (the swap is a
+    #: rename), so it is the run's final report; nothing is read or verified again after the swap
+    report: Report | None = None
 
 
 def _verify_staged(plan: Plan, target: Target, display: str) -> Report:
@@ -129,23 +142,47 @@ class SourceChanged(MigrateRefused):
         self.changes = what
 
 
+def _refuse_if_changed(before: TreeState, ck: Checkpoint, target: Target, exc: OSError) -> None:
+    """After ``exc``: raise ``SourceChanged`` when the source is no longer what ``before`` recorded (the
+    failure came from the change: say that, not an I/O error); return when it is, or cannot be read
+    again (the caller raises ``exc``: the first failure says why). Every ctime is ignored: the files
+    linked before the failure are not known."""
+    try:
+        changed = changes(before, source_state(ck, target), frozenset(before.entries))
+    except OSError:
+        return
+    if changed:
+        raise SourceChanged(ck.root, changed) from exc
+
+
 def source_state(ck: Checkpoint, target: Target) -> TreeState:
     """The state the step is planned from: taken before the checkpoint is read for the plan."""
     return snapshot(ck.root, frozenset() if target.in_place else frozenset({".cache"}))
 
 
 def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | None = None,
-             workers: int = 2, before: TreeState | None = None) -> Result:
+             workers: int = 2, before: TreeState | None = None, entries: list[str] | None = None,
+             journal: Journal | None | NotRead = NOT_READ, display: str | None = None) -> Result:
     """Stage, verify, swap, clean up. Raises ``OSError`` (rolled back: the original is intact) on failure,
     ``SourceChanged`` when the source is not, right before the swap, what it was in ``before`` (by
-    default its state when this call began; the caller takes it before it reads the checkpoint)."""
+    default its state when this call began; the caller takes it before it reads the checkpoint).
+
+    What the caller already has is passed, not read again: ``entries`` (``survey_source`` of ``ck.root``,
+    taken since ``before``), ``journal`` (read under the lock, after any recovery: None when there is
+    no workspace). ``display``: the path the staged tree's verify report names (default the target)."""
     progress = progress or NO_PROGRESS
     result = Result()
     t0 = time.perf_counter()
     before = before or source_state(ck, target)
-    entries = survey_source(ck.root, target.in_place)  # proves every entry can be carried, before any write
-    fp = fingerprint(ck)
-    journal = read_journal(target)
+    if entries is None:
+        entries = survey_source(ck.root, target.in_place)  # proves every entry can be carried, before any write
+    try:
+        fp = fingerprint(ck)
+    except OSError as exc:  # a file gone since the survey (taken before the lock): the source changed
+        _refuse_if_changed(before, ck, target, exc)
+        raise
+    if isinstance(journal, NotRead):
+        journal = read_journal(target)
     if not (journal and journal.phase is Phase.STAGING and journal.fingerprint == fp
             and journal.step == (plan.revision, plan.direction)):
         remove_tree(target.ws)
@@ -202,7 +239,7 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
         result.quality = dict(journal.quality)
         t1 = time.perf_counter()
         result.seconds["stage"] = round(t1 - t0, 3)
-        _verify_staged(plan, target, target.path)  # raises unless the staged tree verifies clean
+        result.report = _verify_staged(plan, target, display or target.path)  # raises unless it verifies clean
         result.seconds["verify"] = round(time.perf_counter() - t1, 3)
         st = os.stat(target.new)
         journal.new_ino = [st.st_dev, st.st_ino]
@@ -211,12 +248,7 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
     except BaseException as exc:
         _roll_back(target, exc)  # nothing outside the workspace was touched
         if isinstance(exc, OSError):  # a file gone or changed under the staging: say that, not an I/O error
-            try:  # every ctime ignored: the files linked before the failure are not known
-                changed = changes(before, source_state(ck, target), frozenset(before.entries))
-            except OSError:
-                raise exc from None  # the source cannot be read again: the first failure says why
-            if changed:
-                raise SourceChanged(ck.root, changed) from exc
+            _refuse_if_changed(before, ck, target, exc)
         raise
     t2 = time.perf_counter()
 

@@ -54,7 +54,9 @@ class MigrateDetails(Record):
     space_free: int | None = None
     said: tuple[str, ...] = ()
 
-    CAPPED_AFTER = None
+    @property
+    def capped_after(self) -> str | None:
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"from": self.from_layout, "to": self.to, "dry_run": self.dry_run,

@@ -33,7 +33,9 @@ class ManifestDetails(Record):
     files: int | None = None
     bytes: int | None = None
 
-    CAPPED_AFTER = None
+    @property
+    def capped_after(self) -> str | None:
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"written": self.written, "algorithm": self.algorithm}

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import dataclass
 
 from clef_format.errors import MigrateRefused
 from clef_format.migrate.plan import Plan
+from clef_format.migrate.tree_state import Identity, TreeState
 from clef_format.migrate.workspace import Target, foreign_lock
 
 
@@ -14,77 +16,135 @@ _SPECIAL = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
             (stat.S_ISBLK, "a block device"))
 
 
-def refuse_mounts(root: str, in_place: bool) -> None:
+def _mount_refusal(root: str, inner: list[str], in_place: bool) -> MigrateRefused | None:
     """A mount boundary is never crossed: a filesystem or bind mount below the checkpoint holds files
     of another disk (in place, the old tree's deletion would empty it; out of place, its files would
     be copied as if they were the checkpoint's), and a checkpoint that is itself a mount point cannot
     be replaced by rename. Refused before anything is written; the dry run says the same."""
-    from clef_format.migrate.tree_state import is_mount_point, mount_points
+    from clef_format.migrate.tree_state import is_mount_point
 
-    inner = mount_points(root)
     if inner:
         more = f" (and {len(inner) - 1} more)" if len(inner) > 1 else ""
-        raise MigrateRefused(f"{inner[0]} is a mount point inside the checkpoint{more}: migrate never crosses a mount "
-                             "(in place, deleting the old tree would empty the mounted folder); nothing was written",
-                             f"unmount {os.path.join(root, inner[0])} (or copy its files into the checkpoint as "
-                             "plain files), then run migrate again")
+        return MigrateRefused(f"{inner[0]} is a mount point inside the checkpoint{more}: migrate never crosses a mount "
+                              "(in place, deleting the old tree would empty the mounted folder); nothing was written",
+                              f"unmount {os.path.join(root, inner[0])} (or copy its files into the checkpoint as "
+                              "plain files), then run migrate again")
     if in_place and is_mount_point(root):
-        raise MigrateRefused(f"{root} is a mount point: the new tree cannot replace it by rename; nothing was written",
-                             "use --output DIR (a new folder inside it or elsewhere)")
+        return MigrateRefused(f"{root} is a mount point: the new tree cannot replace it by rename; nothing was written",
+                              "use --output DIR (a new folder inside it or elsewhere)")
+    return None
 
 
-def survey_source(root: str, in_place: bool) -> list[str]:
-    """Every entry of the source (rel paths, sorted), each proven carriable: folders listed, files
-    readable, no special file. In place the old tree is deleted after the swap, so every folder must
-    also be one this process may empty. Raises ``CouldNotRun`` (unreadable) or ``MigrateRefused``."""
+@dataclass(frozen=True)
+class Survey:
+    """One walk of the source, before anything is written: every entry (rel paths, in walk order), the
+    tree's state (``tree_state``: what the recheck before the swap compares with; None when a part
+    could not be looked at) and why the tree cannot be carried, if it cannot (raised by ``check``,
+    where the run asks, so the order of refusals is the one the user sees)."""
+
+    entries: list[str]
+    state: TreeState | None
+    refusal: Exception | None
+
+    def check(self) -> list[str]:
+        """The entries, each proven carriable; raises ``CouldNotRun`` (unreadable) or ``MigrateRefused``."""
+        if self.refusal is not None:
+            raise self.refusal
+        return self.entries
+
+
+def survey(root: str, in_place: bool) -> Survey:
+    """Walk the source once: list every folder, ``lstat`` every entry, open every file (proves it
+    readable), find the mount points below it (never crossed) and record the state. In place the old
+    tree is deleted after the swap, so every folder must also be one this process may empty. Out of
+    place the top-level ``.cache`` (download metadata) is not carried, so not surveyed."""
     from clef_format.errors import CouldNotRun
+    from clef_format.migrate.tree_state import identity, mount_table
 
-    refuse_mounts(root, in_place)
+    real = os.path.realpath(root)
+    skip_top = frozenset() if in_place else frozenset({".cache"})
     entries: list[str] = []
+    ids: dict[str, Identity] = {}
+    listings: dict[str, tuple[str, ...]] = {}
+    problems: list[Exception] = []  # the first, in walk order, is the one raised
+    unseen: list[OSError] = []  # what keeps the state from being whole
+    table = mount_table(real)
+    mounts: list[str] = [os.path.relpath(m, real) for m in table]
     fix = "make it readable (chmod / chown), or run as a user who can read the whole checkpoint"
     me = os.geteuid()
+    try:
+        root_st = os.lstat(real)
+        ids["."] = identity(root_st)
+        dev = root_st.st_dev
+    except OSError as exc:
+        unseen.append(exc)
+        dev = -1
 
     def walk(dirpath: str, rel_dir: str) -> None:
         try:
             with os.scandir(dirpath) as it:
                 items = sorted(it, key=lambda e: e.name)
         except OSError as exc:
-            raise CouldNotRun(f"{rel_dir or '.'} cannot be listed: {exc.strerror or exc}; nothing was written",
-                              fix=fix) from None
+            unseen.append(exc)
+            problems.append(CouldNotRun(f"{rel_dir or '.'} cannot be listed: {exc.strerror or exc}; nothing was "
+                                        "written", fix=fix))
+            return
+        if not rel_dir:
+            items = [i for i in items if i.name not in skip_top]
+        listings[rel_dir or "."] = tuple(i.name for i in items)
         if in_place and rel_dir and not os.access(dirpath, os.W_OK | os.X_OK):
             try:
                 owner = os.lstat(dirpath).st_uid
             except OSError:
                 owner = -1
             if owner != me:
-                raise MigrateRefused(f"{rel_dir} is not writable by this user (owner uid {owner}): after "
-                                     "the swap the old copy of it could not be removed; nothing was written",
-                  "make it writable (chown / chmod), or use --output DIR") from None
+                problems.append(MigrateRefused(f"{rel_dir} is not writable by this user (owner uid {owner}): after "
+                                               "the swap the old copy of it could not be removed; nothing was written",
+                                               "make it writable (chown / chmod), or use --output DIR"))
         for item in items:
             rel = f"{rel_dir}/{item.name}" if rel_dir else item.name
-            if not in_place and not rel_dir and item.name == ".cache":
-                continue  # download metadata: not carried out of place
             try:
                 st = os.lstat(item.path)
             except OSError as exc:
-                raise CouldNotRun(f"{rel} cannot be read: {exc.strerror or exc}; nothing was written", fix=fix) from None
+                unseen.append(exc)
+                problems.append(CouldNotRun(f"{rel} cannot be read: {exc.strerror or exc}; nothing was written",
+                                            fix=fix))
+                continue
+            ids[rel] = identity(st)
             entries.append(rel)
             if stat.S_ISDIR(st.st_mode):
+                if item.path in table:
+                    continue  # listed by the mount table: never entered
+                if st.st_dev != dev or os.path.ismount(item.path):
+                    mounts.append(rel)
+                    continue
                 walk(item.path, rel)
             elif stat.S_ISREG(st.st_mode):
                 try:
                     os.close(os.open(item.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW))
                 except OSError as exc:
-                    raise CouldNotRun(f"{rel} cannot be read: {exc.strerror or exc}; nothing was written",
-                                      fix=fix) from None
+                    problems.append(CouldNotRun(f"{rel} cannot be read: {exc.strerror or exc}; nothing was written",
+                                                fix=fix))
             elif not stat.S_ISLNK(st.st_mode):
                 kind = next((name for test, name in _SPECIAL if test(st.st_mode)), "a special file")
-                raise MigrateRefused(f"{rel} is {kind}: migrate carries only regular files, folders and "
-                                     "symlinks, and never reads or drops anything else; nothing was written",
-                  f"move {rel} out of the checkpoint, then run migrate again")
+                problems.append(MigrateRefused(f"{rel} is {kind}: migrate carries only regular files, folders and "
+                                               "symlinks, and never reads or drops anything else; nothing was written",
+                                               f"move {rel} out of the checkpoint, then run migrate again"))
 
-    walk(root, "")
-    return entries
+    if not unseen:
+        walk(real, "")
+    else:  # the root itself cannot be looked at: say it as a listing would
+        problems.append(CouldNotRun(f". cannot be listed: {unseen[0].strerror or unseen[0]}; nothing was written",
+                                    fix=fix))
+    refusal = _mount_refusal(root, sorted(set(mounts)), in_place) or (problems[0] if problems else None)
+    state = None if unseen or refusal is not None else TreeState(real, ids, listings)
+    return Survey(entries, state, refusal)
+
+
+def survey_source(root: str, in_place: bool) -> list[str]:
+    """Every entry of the source (rel paths, in walk order), each proven carriable (``survey``).
+    Raises ``CouldNotRun`` (unreadable) or ``MigrateRefused``."""
+    return survey(root, in_place).check()
 
 
 def lock_held(target: Target) -> bool:

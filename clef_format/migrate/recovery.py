@@ -14,7 +14,9 @@ from clef_format.errors import MigrateRefused
 from clef_format.migrate import fsutil
 from clef_format.migrate.swap import cleanup_or_say, swap_in, was_swapped
 from clef_format.migrate.workspace import (
+    NOT_READ,
     Journal,
+    NotRead,
     Phase,
     Target,
     fingerprint,
@@ -50,8 +52,8 @@ class Decision:
     journal: Journal | None
 
 
-def _decide(target: Target, source_ck: Checkpoint | None, abort: bool, wanted: tuple[str, str] | None = ANY_STEP
-            ) -> Decision | None:
+def _decide(target: Target, source_ck: Checkpoint | None, abort: bool, wanted: tuple[str, str] | None = ANY_STEP,
+            journal: Journal | None | NotRead = NOT_READ) -> Decision | None:
     """What ``recover`` will do about an interrupted run, or None when there is none.
     ``wanted``: the (revision, direction) this run is about to stage, None when it has nothing to do: a
     staging of another step, or of a source that changed since, is rolled back, never "resumed".
@@ -60,7 +62,8 @@ def _decide(target: Target, source_ck: Checkpoint | None, abort: bool, wanted: t
     """
     if not os.path.lexists(target.ws):
         return None
-    journal = read_journal(target)
+    if isinstance(journal, NotRead):
+        journal = read_journal(target)
     if journal is None:
         foreign = foreign_entries(target.ws) if os.path.isdir(target.ws) and not os.path.islink(target.ws) else ["."]
         if foreign:
@@ -78,7 +81,7 @@ def _decide(target: Target, source_ck: Checkpoint | None, abort: bool, wanted: t
         # this run goes elsewhere (e.g. back to the layout the interrupted one started from): finishing
         # the interrupted step first would discard the original tree only to rebuild it from the result
         # (int8 tables decoded, not the original BF16); undo it instead, exactly as --abort does
-        decided = _decide(target, source_ck, True, ANY_STEP)
+        decided = _decide(target, source_ck, True, ANY_STEP, journal)
         if decided is not None and decided.action is not Action.CLEANUP:
             return Decision(decided.action, f"{decided.note} (this run goes to another layout)", decided.journal)
         return decided
@@ -122,17 +125,17 @@ def _decide(target: Target, source_ck: Checkpoint | None, abort: bool, wanted: t
     return Decision(Action.REMOVE, f"rolled back the interrupted migration {what}: the checkpoint changed since", journal)
 
 
-def can_roll_back(target: Target) -> bool:
+def can_roll_back(target: Target, journal: Journal | None | NotRead = NOT_READ) -> bool:
     """Whether ``--abort`` would undo the interrupted run at ``target`` (not once its cleanup began
     removing the original tree: then it can only be finished)."""
-    decided = _decide(target, None, True)
+    decided = _decide(target, None, True, ANY_STEP, journal)
     return decided is None or decided.action is not Action.CLEANUP
 
 
 def pending_recovery(target: Target, source_ck: Checkpoint | None, abort: bool = False,
-                     wanted: tuple[str, str] | None = ANY_STEP) -> str | None:
+                     wanted: tuple[str, str] | None = ANY_STEP, journal: Journal | None | NotRead = NOT_READ) -> str | None:
     """What the next run (with ``abort``) will do about an interrupted one, said before doing it."""
-    decided = _decide(target, source_ck, abort, wanted)
+    decided = _decide(target, source_ck, abort, wanted, journal)
     return None if decided is None or decided.action is Action.RESUME else decided.note
 
 
@@ -158,7 +161,16 @@ def _unswap(target: Target) -> None:
 def recover(target: Target, source_ck: Checkpoint | None, abort: bool = False,
             wanted: tuple[str, str] | None = ANY_STEP) -> str | None:
     """Deal with an interrupted run before anything else (the lock is held). Returns what was done."""
-    decided = _decide(target, source_ck, abort, wanted)
+    decided = carry_out(target, source_ck, abort, wanted)
+    return None if decided is None else decided.note
+
+
+def carry_out(target: Target, source_ck: Checkpoint | None, abort: bool = False,
+              wanted: tuple[str, str] | None = ANY_STEP, journal: Journal | None | NotRead = NOT_READ
+              ) -> Decision | None:
+    """``recover``, given the journal the caller read under the lock: returns the decision carried out
+    (None: no interrupted run was there, nothing was done)."""
+    decided = _decide(target, source_ck, abort, wanted, journal)
     if decided is None:
         return None
     action, journal = decided.action, decided.journal
@@ -183,4 +195,4 @@ def recover(target: Target, source_ck: Checkpoint | None, abort: bool = False,
         assert journal is not None
         swap_in(target, journal)
         cleanup_or_say(target)
-    return decided.note
+    return decided

@@ -1,4 +1,8 @@
-"""One ``clef-format migrate`` call: refuse early, recover, plan, verify, apply, verify again -> a Report.
+"""One ``clef-format migrate`` call: refuse early, recover, plan, verify, apply -> a Report.
+
+Each tree is read, walked and verified once: the source is read after its state is taken (the state
+proves, right before the swap, that nothing changed since), surveyed and verified once, and the
+journal is read once (under the lock); the verify of the staged tree is the final report.
 
 The order of decisions, each of which ends the call with the checkpoint unchanged when it says no:
 snapshot without --output; target not writable; lock held by another run; an interrupted run
@@ -16,11 +20,11 @@ from clef_format.errors import CouldNotRun, MigrateRefused, NonFiniteRows, PathN
 from clef_format.migrate.apply import SourceChanged, run_plan
 from clef_format.migrate.crash import check_crash_env
 from clef_format.migrate.details import MigrateDraft, StepResult
-from clef_format.migrate.preflight import carried_by_link, preflight, survey_source
-from clef_format.migrate.recovery import ANY_STEP, recover
+from clef_format.migrate.preflight import carried_by_link, check_space, preflight, survey
+from clef_format.migrate.recovery import ANY_STEP, Action, carry_out
 from clef_format.migrate.swap import CleanupIncomplete, SwapFailed
 from clef_format.migrate.tree_state import TreeState, snapshot
-from clef_format.migrate.workspace import Lock, Target, make_target, read_journal, workspace_owner
+from clef_format.migrate.workspace import Journal, Lock, Target, make_target, read_journal, workspace_owner
 from clef_format.migrate.plan import Plan
 from clef_format.progress import Progress
 from clef_format.read.checkpoint import Checkpoint, read_checkpoint
@@ -127,13 +131,17 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
     """Run (or plan) the migration of the checkpoint at ``root`` to ``opts.to``."""
     from clef_format import migrations
 
+    target = make_target(root, opts.output)
+    # the one walk of the source, before it is read: the state it records is what the run proves unchanged
+    # right before the swap, so the read that follows serves the run (unless a recovery changes the tree);
+    # what it finds is said where the survey belongs in the order of refusals (``Survey.check``)
+    surveyed = None if opts.current else survey(root, target.in_place)
     ck = read_checkpoint(root)
     if ck.unreadable:
         first = next(f for f in ck.findings if f.code == "unreadable")
         raise CouldNotRun(f"{display}: {first.message}; nothing was written", fix=first.fix)
-    target = make_target(root, opts.output)
-    report = ReportDraft(display, str(ck.layout), MigrateDraft(str(ck.layout), opts.to, opts.dry_run, opts.output))
-    details: MigrateDraft = report.details  # type: ignore[assignment]
+    details = MigrateDraft(str(ck.layout), opts.to, opts.dry_run, opts.output)
+    report = ReportDraft(display, str(ck.layout), details)
     if opts.current:
         journal = read_journal(target)
         details.revision = migrations.revision_of(str(ck.layout))
@@ -149,8 +157,8 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
         elif journal:
             from clef_format.migrate.recovery import pending_recovery
 
-            will = pending_recovery(target, ck) or "resumes its staging"
-            back = pending_recovery(target, ck, abort=True)
+            will = pending_recovery(target, ck, journal=journal) or "resumes its staging"
+            back = pending_recovery(target, ck, abort=True, journal=journal)
             details.message = (f"an interrupted migrate waits ({pending.what(target, journal)}): clef-format "
                                f"migrate {display} --to {journal.to_layout}: {will}; clef-format migrate "
                                f"{display} --abort: {back}")
@@ -168,7 +176,8 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
         if not opts.abort and _nothing_to_do(ck, target, opts):
             return _already_there(ck, target, opts, report, display).freeze("migrate")
         _refuse_cache(target, ck, display, opts)
-        survey_source(root, target.in_place)
+        assert surveyed is not None
+        entries = surveyed.check()
         if opts.dry_run:
             return _dry_run(ck, target, opts, report).freeze("migrate")
         problems = preflight(target, None, ck.hf_snapshot, check_lock=False)
@@ -176,15 +185,17 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
             raise problems[0]
         cwd = _cwd()
         with Lock(target):
+            journal = read_journal(target)  # the one read of this call: what follows is given it
             try:
-                _refuse_another_source(target, display)
-                note = recover(target, ck, abort=opts.abort, wanted=_first_step(target, opts.to))
+                _refuse_another_source(target, display, journal)
+                decided = carry_out(target, ck, abort=opts.abort, wanted=_first_step(journal, opts.to), journal=journal)
             except OSError as exc:
                 report.findings.append(error("migrate-failed", f"finishing the interrupted migration failed: "
                                                                f"{exc.strerror or exc}",
                                              fix=f"clef-format migrate {display} --abort (or free the cause above "
                                                  "and run it again)"))
                 return report.freeze("migrate")
+            note = decided.note if decided else None
             if note:
                 details.recovered.append(note)
                 report.findings.append(info("migrate-recovered", note))
@@ -197,9 +208,15 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
             if not target.in_place and os.path.isdir(target.path) and os.listdir(target.path):
                 target = Target(target.path, target.path, True)  # a recovered output: go on from there
                 finished_output = True
-            before = snapshot(target.source, frozenset() if target.in_place else frozenset({".cache"}))
-            ck = read_checkpoint(target.source)  # read after its state was taken: a change since is seen
-            _run_steps(ck, target, opts, report, display, progress, before)
+            given = Given(entries=entries, journal=decided.journal if decided and decided.action is Action.RESUME
+                          else None, preflighted=True)
+            if decided is None and not finished_output and surveyed.state is not None and ck.root == target.source:
+                before = surveyed.state  # no interrupted run: nothing changed the tree since it was surveyed and read
+            else:  # a recovery changed it, or the read named it by another path: read it again
+                before = snapshot(target.source, frozenset() if target.in_place else frozenset({".cache"}))
+                ck = read_checkpoint(target.source)  # read after its state was taken: a change since is seen
+                given = Given(journal=given.journal)  # surveyed and preflighted again, as a new source
+            _run_steps(ck, target, opts, report, display, progress, before, given)
             if finished_output and not details.steps and note:
                 details.message = (f"{note}: --output {target.path} holds the {report.layout} result; "
                                    f"{display} was only read")
@@ -215,6 +232,23 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
     return report.freeze("migrate")
 
 
+@dataclass
+class Given:
+    """What the first step of a run is given rather than reading or checking again: the source's survey
+    (taken since its state), the journal read under the lock after any recovery (None: no workspace is
+    left) and whether the target's preflight is done."""
+
+    entries: list[str] | None = None
+    journal: Journal | None = None
+    preflighted: bool = False  # the target's preflight (all but the space, which needs the plan) is done
+
+
+def _details(report: ReportDraft) -> MigrateDraft:
+    """migrate's own keys under construction (what ``migrate`` gave its draft)."""
+    assert isinstance(report.details, MigrateDraft)
+    return report.details
+
+
 def _nothing_to_do(ck: Checkpoint, target: Target, opts: Options) -> bool:
     """The checkpoint is at ``opts.to`` and no interrupted run (workspace or lock) waits at the target:
     nothing is planned, locked or written, for the dry run and the real run alike."""
@@ -224,13 +258,12 @@ def _nothing_to_do(ck: Checkpoint, target: Target, opts: Options) -> bool:
         and not os.path.lexists(target.lock_path)
 
 
-def _first_step(target: Target, to: str) -> tuple[str, str] | None:
-    """(revision, direction) of the first step from where the interrupted run at ``target`` started (its
-    journal's ``from``) to ``to``: the step that run should be, if this run continues it. None: nothing
-    to do from there; ``ANY_STEP`` when there is no journal or no route (decided as before)."""
+def _first_step(journal: Journal | None, to: str) -> tuple[str, str] | None:
+    """(revision, direction) of the first step from where the interrupted run of ``journal`` started (its
+    ``from``) to ``to``: the step that run should be, if this run continues it. None: nothing to do from
+    there; ``ANY_STEP`` when there is no journal or no route (decided as before)."""
     from clef_format import migrations
 
-    journal = read_journal(target)
     start = journal.from_layout if journal else None
     route = migrations.path(start, to) if isinstance(start, str) else None
     if route is None:
@@ -238,10 +271,9 @@ def _first_step(target: Target, to: str) -> tuple[str, str] | None:
     return (route[0].revision, route[0].direction) if route else None
 
 
-def _refuse_another_source(target: Target, display: str) -> None:
-    """An interrupted --output run from another source waits at the target: never finish or resume it
-    in this run's name (its result is that source's)."""
-    journal = read_journal(target)
+def _refuse_another_source(target: Target, display: str, journal: Journal | None) -> None:
+    """An interrupted --output run from another source waits at the target (``journal``, read there):
+    never finish or resume it in this run's name (its result is that source's)."""
     if target.in_place or not journal or journal.source in (None, target.source):
         return
     raise MigrateRefused(f"an interrupted migrate from {journal.source} into --output {target.path} "
@@ -260,7 +292,7 @@ def _nothing_message(target: Target, opts: Options, display: str) -> str:
 
 def _already_there(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft, display: str) -> ReportDraft:
     """Nothing to do: the report is the source's verify report, and the result is the source."""
-    details: MigrateDraft = report.details  # type: ignore[assignment]
+    details = _details(report)
     from clef_format.verify.run import verify_checkpoint
 
     details.message = _nothing_message(target, opts, display)
@@ -284,7 +316,7 @@ def _cwd() -> str | None:
 def _say_cwd(cwd: str | None, target: Target, report: ReportDraft) -> None:
     """``migrate .`` from inside the checkpoint: the shell still sits in the old, deleted tree. Say so,
     and move this process into the new one."""
-    details: MigrateDraft = report.details  # type: ignore[assignment]
+    details = _details(report)
     if cwd is None or not details.steps or not inside(cwd, target.path):
         return
     try:
@@ -350,11 +382,13 @@ def _refuse_unproven_replacements(ck: Checkpoint, plan: Plan, display: str, edge
 
 
 def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft) -> ReportDraft:
-    details: MigrateDraft = report.details  # type: ignore[assignment]
+    details = _details(report)
     from clef_format.migrate.recovery import pending_recovery
 
-    _refuse_another_source(target, report.path)
-    will = pending_recovery(target, ck, abort=opts.abort, wanted=_first_step(target, opts.to))
+    assert report.path is not None  # migrate's report always names the PATH it was given
+    journal = read_journal(target)
+    _refuse_another_source(target, report.path, journal)
+    will = pending_recovery(target, ck, abort=opts.abort, wanted=_first_step(journal, opts.to), journal=journal)
     details.recovery = will
     if opts.abort:  # --abort only deals with an interrupted run: say what it would do, and nothing else
         details.message = f"--abort would do this: {will}" if will else "no interrupted migration to roll back"
@@ -380,33 +414,40 @@ def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft)
                                              "from": edge.src, "to": edge.dst, "read": {}, "written": {},
                                              "removed": [], "carried": 0, "bytes_carried": 0,
                                              "notes": ["planned after the previous step has run"]}))
-    pending = read_journal(target)
-    if pending:
-        details.pending = pending.pending()
+    if journal:
+        details.pending = journal.pending()
     return report
 
 
 def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft, display: str,
-               progress: Progress | None, before: TreeState | None = None) -> None:
-    details: MigrateDraft = report.details  # type: ignore[assignment]
+               progress: Progress | None, before: TreeState | None = None, given: Given | None = None) -> None:
+    details = _details(report)
+    """Run the route step by step. The last step's verify of its staged tree is the final report (the
+    swap is a rename: the same bytes); only when no step ran is the result (the source) verified here."""
     from clef_format.verify.run import verify_checkpoint
 
+    given = given or Given()
     route = _route(ck, opts.to)
     if not route:
         details.message = _nothing_message(target, opts, display)
     first = True
+    final: Report | None = None
     while route:
         edge = route[0]
         plan = edge.plan(ck)
         _refuse_blocking(ck, plan, display, edge, downloaded=first, in_place=target.in_place)
         first = False
-        problems = preflight(target, plan, ck.hf_snapshot, check_lock=False)
-        if problems:
-            raise problems[0]
+        if given.preflighted:  # the target was preflighted before the lock, and nothing changed it since
+            check_space(plan, target, ck.hf_snapshot)
+        else:
+            problems = preflight(target, plan, ck.hf_snapshot, check_lock=False)
+            if problems:
+                raise problems[0]
         by_link = carried_by_link(target, ck.hf_snapshot)
         planned = plan.to_dict(by_link)
         try:
-            result = run_plan(plan, ck, target, progress, before=before)
+            result = run_plan(plan, ck, target, progress, before=before, entries=given.entries,
+                              journal=given.journal, display=display)
         except SourceChanged as exc:
             redo = f"clef-format migrate {display} --to {opts.to}" + (f" --output {opts.output}" if opts.output else "")
             raise MigrateRefused(f"{exc.message}; {plan.revision} {plan.direction} did not run",
@@ -435,6 +476,12 @@ def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraf
             return
         details.steps.append(StepResult(planned, result.quality, result.carried_by, result.seconds, result.entries))
         target = Target(target.path, target.path, True)
+        final = result.report
+        given = Given()  # the next step's tree is this step's result: surveyed by that step, no journal left
+        from clef_format import migrations
+
+        if final is not None and final.layout is not None and migrations.path(final.layout, opts.to) == []:
+            break  # the result is at opts.to (its verify said so): nothing to plan, nothing to read again
         try:  # the state the next step (if any) is planned from; failing here, that step takes its own
             before = snapshot(target.path)
         except OSError:
@@ -442,7 +489,8 @@ def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraf
         ck = read_checkpoint(target.path)
         route = _route(ck, opts.to)
     done = target.path if details.steps else target.source  # no step ran: the source is the result
-    final = verify_checkpoint(read_checkpoint(done), display)
+    if final is None or not details.steps:
+        final = verify_checkpoint(read_checkpoint(done), display)
     report.layout = final.layout
     report.findings.extend(final.findings)
     details.result = done

@@ -3,8 +3,9 @@
 Three stages over a ring of preallocated slots (``WORKERS + 2`` blocks of ``IO_ROWS`` rows):
 
     reader thread     os.preadv the next block of source rows into a free slot
-    compute threads   quantize (or decode) blocks into their slots' output buffers, ``WORKERS``
-                      of them (the calling thread is one; numpy releases the GIL)
+    compute threads   quantize (or decode) blocks into their slots' output buffers, ``workers``
+                      of them (the calling thread is one; numpy releases the GIL): by default
+                      together with the file's other table, every core the process is given
     writer thread     os.pwrite each result at its place in the output file, tick, free the slot
 
 so the cores compute while reads and writes wait on the disk. Results do not depend on the
@@ -20,7 +21,7 @@ import errno
 import os
 import queue
 import threading
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -30,13 +31,27 @@ from clef_format.quant.int8 import NormLog, QualityMeter, RowDecoder, RowQuantiz
 Tick = Callable[[int], None]
 #: Rows per read and write: 1024 x 4096 BF16 = 8 MiB read, 4 MiB written per block.
 IO_ROWS = 1024
-#: Compute threads per table (numpy releases the GIL: each can have a core). ``writer`` runs the
-#: two tables of the tables file at once, so half the cores each; on 2 cores one thread per table
-#: measured faster than two (benchmarks/RESULTS.md: the kernel's copy of the backbone needs CPU
-#: too). ``CLEF_FORMAT_TABLE_WORKERS`` overrides it. Blocks in flight: one per compute thread, one
-#: being read, one being written.
-WORKERS = int(os.environ.get("CLEF_FORMAT_TABLE_WORKERS", "0")) or max(1, (os.cpu_count() or 1) // 2)
+#: Compute threads per table when set (``CLEF_FORMAT_TABLE_WORKERS``); 0: a share of the cores this
+#: process is given (``workers_for``). Blocks in flight: one per compute thread, one being read, one
+#: being written.
+WORKERS = int(os.environ.get("CLEF_FORMAT_TABLE_WORKERS", "0") or 0)
 _POLL_S = 0.1
+
+
+def cores_given() -> int:
+    """The cores this process may run on (its affinity mask: a container's or ``taskset``'s limit)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def workers_for(tables_at_once: int) -> int:
+    """Compute threads for each of ``tables_at_once`` tables streamed at the same time: together they
+    use every core given (numpy releases the GIL, so each thread can have a core). ``writer`` runs the
+    two tables of the tables file at once: half the cores each, one each on 2 cores, which measured
+    faster there than two (benchmarks/RESULTS.md: the kernel's copy of the backbone needs CPU too)."""
+    return WORKERS or max(1, cores_given() // max(1, tables_at_once))
 
 
 class _Failed(Exception):
@@ -66,7 +81,7 @@ def _pipeline(blocks: list[tuple[int, int]], slots: list[_Slot], read: Callable[
     at_block = threading.local()
     _END = None
 
-    def get(q: queue.Queue) -> object:
+    def get(q: queue.Queue) -> Any:  # a slot, or a (slot, index, first, rows) block
         while True:
             try:
                 return q.get(timeout=_POLL_S)
@@ -89,7 +104,7 @@ def _pipeline(blocks: list[tuple[int, int]], slots: list[_Slot], read: Callable[
         for index, (first, r) in enumerate(blocks):
             slot = get(free)
             at_block.index = index
-            read(slot, first, r)  # type: ignore[arg-type]
+            read(slot, first, r)
             filled.put((slot, index, first, r))
             if failed.is_set():
                 return
@@ -98,7 +113,7 @@ def _pipeline(blocks: list[tuple[int, int]], slots: list[_Slot], read: Callable[
 
     def writer() -> None:
         for _ in blocks:
-            slot, index, first, r = get(done)  # type: ignore[misc]
+            slot, index, first, r = get(done)
             at_block.index = index
             write(slot, first, r)
             free.put(slot)
@@ -109,7 +124,7 @@ def _pipeline(blocks: list[tuple[int, int]], slots: list[_Slot], read: Callable[
                 item = get(filled)
                 if item is _END:
                     return
-                slot, index, first, r = item  # type: ignore[misc]
+                slot, index, first, r = item
                 at_block.index = index
                 compute(slot, index, first, r)
                 done.put(item)
@@ -145,8 +160,10 @@ def _read_exact(fd: int, view: memoryview, offset: int, what: str) -> None:
 
 
 def quantize_table(src_fd: int, offset: int, rows: int, hidden: int, dtype: str, dst_fd: int, at: int,
-                   tick: Tick, what: str = "table") -> tuple[np.ndarray, dict[str, float]]:
-    """Quantize ``rows`` x ``hidden`` ``dtype`` rows at ``offset`` of ``src_fd`` to I8 at ``at`` of ``dst_fd``.
+                   tick: Tick, what: str = "table", workers: int | None = None) -> tuple[np.ndarray, dict[str, float]]:
+    """Quantize ``rows`` x ``hidden`` ``dtype`` rows at ``offset`` of ``src_fd`` to I8 at ``at`` of ``dst_fd``,
+    on ``workers`` compute threads (default ``workers_for(1)``: every core given). The bytes written,
+    the scales and the figures are the same for any thread count.
 
     Returns the F32 ``[rows, 1]`` scales and the table's quality figures. Raises
     ``errors.NonFiniteRows`` for NaN/Inf rows (with the rows written before it: the
@@ -156,7 +173,7 @@ def quantize_table(src_fd: int, offset: int, rows: int, hidden: int, dtype: str,
     scales = np.zeros((rows, 1), np.float32)
     blocks = _blocks(rows)
     io_rows = min(IO_ROWS, max(rows, 1))
-    n = max(1, min(WORKERS, len(blocks)))
+    n = max(1, min(workers or workers_for(1), len(blocks)))
     slots = [_Slot(io_rows * row_bytes, io_rows * hidden) for _ in range(n + 2)]
     bits = np.uint32 if dtype == "F32" else np.uint16
     logs = [NormLog() for _ in blocks]  # norms per block, accounted in row order at the end
@@ -186,15 +203,16 @@ def quantize_table(src_fd: int, offset: int, rows: int, hidden: int, dtype: str,
 
 
 def decode_table(src_fd: int, values_offset: int, scales_offset: int, rows: int, hidden: int, dtype: str,
-                 dst_fd: int, at: int, tick: Tick, what: str = "table") -> None:
-    """Decode an I8 table and its F32 scales from ``src_fd`` to ``dtype`` rows at ``at`` of ``dst_fd``."""
+                 dst_fd: int, at: int, tick: Tick, what: str = "table", workers: int | None = None) -> None:
+    """Decode an I8 table and its F32 scales from ``src_fd`` to ``dtype`` rows at ``at`` of ``dst_fd``
+    (``workers`` as for ``quantize_table``)."""
     out_row = hidden * itemsize(dtype)
     raw = bytearray(rows * 4)
     _read_exact(src_fd, memoryview(raw), scales_offset, what)
     scales = np.frombuffer(raw, np.float32).reshape(rows, 1)
     blocks = _blocks(rows)
     io_rows = min(IO_ROWS, max(rows, 1))
-    n = max(1, min(WORKERS, len(blocks)))
+    n = max(1, min(workers or workers_for(1), len(blocks)))
     slots = [_Slot(io_rows * hidden, io_rows * out_row) for _ in range(n + 2)]
     bits = np.uint32 if dtype == "F32" else np.uint16
     advise(src_fd, values_offset, rows * hidden, "POSIX_FADV_SEQUENTIAL")

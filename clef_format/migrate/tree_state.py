@@ -32,7 +32,8 @@ class TreeState:
     listings: dict[str, tuple[str, ...]]
 
 
-def _identity(st: os.stat_result) -> Identity:
+def identity(st: os.stat_result) -> Identity:
+    """What ``changes`` compares of one entry (its ``lstat``)."""
     return (st.st_mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_uid, st.st_gid)
 
 
@@ -43,7 +44,7 @@ def snapshot(root: str, skip_top: frozenset[str] = frozenset()) -> TreeState:
     guessed. ``root`` is resolved first: a symlink to the
     checkpoint is the folder it leads to, whichever of the two names a caller holds."""
     root = os.path.realpath(root)
-    entries: dict[str, Identity] = {".": _identity(os.lstat(root))}
+    entries: dict[str, Identity] = {".": identity(os.lstat(root))}
     listings: dict[str, tuple[str, ...]] = {}
 
     def walk(path: str, rel: str) -> None:
@@ -55,7 +56,7 @@ def snapshot(root: str, skip_top: frozenset[str] = frozenset()) -> TreeState:
             child_rel = f"{rel}/{name}" if rel else name
             child = os.path.join(path, name)
             st = os.lstat(child)
-            entries[child_rel] = _identity(st)
+            entries[child_rel] = identity(st)
             if stat.S_ISDIR(st.st_mode):
                 walk(child, child_rel)
 
@@ -116,6 +117,11 @@ def is_mount_point(path: str) -> bool:
     return os.path.ismount(real) or real in _mountinfo()
 
 
+def mount_table(real: str) -> set[str]:
+    """The mount points the mount table lists strictly below the resolved folder ``real``."""
+    return {m for m in _mountinfo() if m.startswith(real.rstrip("/") + "/")}
+
+
 def mount_points(root: str) -> list[str]:
     """Mount points below ``root`` (rel paths, sorted; ``root`` itself is not listed): a folder on
     another filesystem, or any path the mount table lists (a bind mount). Never crossed, so never
@@ -125,7 +131,7 @@ def mount_points(root: str) -> list[str]:
         dev = os.lstat(real).st_dev
     except OSError:
         return []
-    table = {m for m in _mountinfo() if m.startswith(real.rstrip("/") + "/")}
+    table = mount_table(real)
     out: list[str] = sorted(os.path.relpath(m, real) for m in table)
     for dirpath, dirnames, _ in os.walk(real):
         keep = []

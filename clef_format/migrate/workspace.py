@@ -288,6 +288,15 @@ class Journal:
                    version=data.get("version", JOURNAL_VERSION))
 
 
+class NotRead:
+    """The type of ``NOT_READ``: a journal argument the caller has not read (the callee reads it)."""
+
+
+#: Default of a ``journal`` argument: read it from the workspace. A caller that has read it passes what
+#: it read (None: there is none), so one call of migrate reads the journal once.
+NOT_READ = NotRead()
+
+
 def read_journal(target: Target) -> Journal | None:
     """The journal of the run at ``target``; None when there is none, or it is not one this version wrote."""
     try:

@@ -13,7 +13,7 @@ import errno
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterator
+from typing import Iterator, cast
 
 from clef_format.migrate.fileio import Tick, copy_range, write_all, write_all_at
 from clef_format.migrate.plan import (
@@ -28,6 +28,10 @@ from clef_format.migrate.plan import (
     TensorOut,
     header_bytes,
 )
+
+#: Jobs of one safetensors file run at once (copy runs, tables): the two tables of the tables file together.
+_POOL = 2
+
 
 def wait_all(futures: list) -> None:
     """Wait for every job; raise the first real error (not a sibling's cancellation)."""
@@ -82,18 +86,19 @@ class _Sources:
             os.close(fd)
 
 
-def _quantize(src: _Sources, s: QuantValues, dst_fd: int, at: int, tick: Tick, scales: dict, quality: dict) -> None:
-    from clef_format.migrate.table_stream import quantize_table  # numpy: imported only when a table is quantized
+def _quantize(src: _Sources, s: QuantValues, dst_fd: int, at: int, tick: Tick, scales: dict, quality: dict,
+              tables: int) -> None:
+    from clef_format.migrate.table_stream import quantize_table, workers_for  # numpy: only when a table is quantized
 
     scales[s.table], quality[s.table] = quantize_table(src.fd(s.rel), s.offset, s.rows, s.hidden, s.dtype, dst_fd,
-                                                       at, tick, f"{s.rel}: {s.table}")
+                                                       at, tick, f"{s.rel}: {s.table}", workers_for(tables))
 
 
-def _decode(src: _Sources, s: Decoded, dst_fd: int, at: int, tick: Tick) -> None:
-    from clef_format.migrate.table_stream import decode_table
+def _decode(src: _Sources, s: Decoded, dst_fd: int, at: int, tick: Tick, tables: int) -> None:
+    from clef_format.migrate.table_stream import decode_table, workers_for
 
     decode_table(src.fd(s.rel), s.values_offset, s.scales_offset, s.rows, s.hidden, s.dtype, dst_fd, at, tick,
-                 f"{s.rel}: {s.table}")
+                 f"{s.rel}: {s.table}", workers_for(tables))
 
 
 def _seal(out: Safetensors, dst_path: str) -> dict[str, str]:
@@ -124,33 +129,35 @@ def _write_safetensors(out: Safetensors, src_root: str, fd: int, tick: Tick, dst
         src.fd(rel)  # opened here, before the worker threads share the table
     scales: dict = {}
     quality: dict = {}
-    deferred = []
+    deferred: list[tuple[TensorOut, int]] = []
+    # the tables of this file stream at once (below, up to the pool's two jobs): they share the cores given
+    tables = min(_POOL, sum(1 for t in out.tensors if isinstance(t.source, (QuantValues, Decoded))))
 
     def one(kind: str, item: object, at: int) -> None:
         if kind == "copy":
-            rel, offset, nbytes = item  # type: ignore[misc]
+            rel, offset, nbytes = cast("tuple[str, int, int]", item)
             copy_range(src.fd(rel), fd, offset, nbytes, tick, at)
             return
-        s = item.source  # type: ignore[attr-defined]
+        s = cast(TensorOut, item).source
         if isinstance(s, QuantValues):
-            _quantize(src, s, fd, at, tick, scales, quality)
+            _quantize(src, s, fd, at, tick, scales, quality, tables)
         elif isinstance(s, Decoded):
-            _decode(src, s, fd, at, tick)
+            _decode(src, s, fd, at, tick, tables)
         else:  # pragma: no cover
             raise TypeError(s)
 
     try:
         jobs = []
         for kind, item, at in _merged(out.tensors, len(header)):
-            if kind == "tensor" and isinstance(item.source, QuantScales):  # type: ignore[attr-defined]
+            if kind == "tensor" and isinstance(item, TensorOut) and isinstance(item.source, QuantScales):
                 deferred.append((item, at))
             else:
                 jobs.append((kind, item, at))
         # the two tables are independent: quantize (or decode) them on two cores at once
-        with ThreadPoolExecutor(max_workers=2) as pool:
+        with ThreadPoolExecutor(max_workers=_POOL) as pool:
             wait_all([pool.submit(one, *job) for job in jobs])
         for t, at in deferred:
-            data = scales[t.source.table]  # numpy F32 [rows, 1], contiguous
+            data = scales[cast(QuantScales, t.source).table]  # numpy F32 [rows, 1], contiguous
             write_all_at(fd, data.data, at)
             tick(data.nbytes)
     finally:

@@ -7,7 +7,7 @@ model repo one of whose snapshots is such a folder (a weights-only pull of a Cle
 and is still a copy of it: the release card's "if you pulled only the weights that day").
 
 The cache is read the way huggingface_hub lays it out (``models--ORG--NAME/{blobs,refs,snapshots}``;
-``tests/read/test_copies.py`` checks every repo, revision, ref and size against huggingface_hub's own
+``tests/verify/test_scan.py`` checks every repo, revision, ref and size against huggingface_hub's own
 ``scan_cache_dir``), but with ``os.scandir`` and ``lstat`` only, and only as deep as telling a Clef repo
 needs: ``scan_cache_dir`` stats every file of every repo and aborts on a folder it cannot list, where a
 scan must judge only Clef copies and report an unreadable folder as a row.

@@ -109,6 +109,7 @@ def _run_bounded(argv: list[str], cwd: str) -> tuple[int | None, bytes, bytes]:
 
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             cwd=cwd, start_new_session=True)
+    assert proc.stdout is not None and proc.stderr is not None  # both are PIPEs
     kept = {proc.stdout: bytearray(), proc.stderr: bytearray()}
     deadline = time.monotonic() + PYTHON_TIMEOUT_S
     timed_out = full = False
@@ -126,7 +127,7 @@ def _run_bounded(argv: list[str], cwd: str) -> tuple[int | None, bytes, bytes]:
                     if not chunk:
                         sel.unregister(key.fileobj)
                         continue
-                    buf = kept[key.fileobj]
+                    buf = kept[key.fileobj]  # type: ignore[index]  # one of the two pipes registered above
                     room = MAX_ANSWER_BYTES - len(buf)
                     buf += chunk[:room]
                     full = full or len(chunk) > room

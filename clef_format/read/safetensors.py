@@ -264,7 +264,7 @@ def _scalar(dtype: str, raw: bytes) -> float:
         return float(memoryview(b"\x00\x00" + raw).cast("f")[0])  # little-endian host, as the F32 cast
     if dtype == "F16":
         return _half(raw[0] | raw[1] << 8)
-    return float(memoryview(raw).cast(_SCALAR_FORMATS[dtype])[0])
+    return float(memoryview(raw).cast(_SCALAR_FORMATS[dtype])[0])  # type: ignore[call-overload]  # "f" or "d", from a table
 
 
 def read_scalars(path: str | os.PathLike[str], header: Header, names: list[str]) -> dict[str, float]:

@@ -1,6 +1,6 @@
 """Findings: the one place that defines every finding code and what a report looks like.
 
-Codes are a contract (DESIGN.md): stable kebab-case strings that scripts match on.
+Codes are a contract (README.md's codes table): stable kebab-case strings that scripts match on.
 Add new codes at the end of ``CODES``; never rename or remove one.
 """
 

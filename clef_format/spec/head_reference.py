@@ -453,7 +453,7 @@ class _Reader:
             if isinstance(op, ast.Add) and isinstance(a, str) and isinstance(b, str) and len(a) + len(b) < 1000:
                 return a + b
             if isinstance(op, ast.Add) and isinstance(a, (tuple, list)) and type(a) is type(b) and len(a) + len(b) < MAX_ITEMS:
-                return a + b
+                return a + b  # type: ignore[operator]  # two tuples or two lists: the same type, checked above
             raise _Unknown("operands")
         try:
             if isinstance(op, ast.Add):
@@ -890,11 +890,11 @@ class _Reader:
                     env[p] = self._default(defaults[i - first_default])
                 else:
                     raise _Fails(f"missing a required argument: {p!r}")
-        for k, d in zip(a.kwonlyargs, a.kw_defaults):
-            if k.arg not in env:
+        for kw, d in zip(a.kwonlyargs, a.kw_defaults):
+            if kw.arg not in env:
                 if d is None:
-                    raise _Fails(f"missing a required keyword-only argument: {k.arg!r}")
-                env[k.arg] = self._default(d)
+                    raise _Fails(f"missing a required keyword-only argument: {kw.arg!r}")
+                env[kw.arg] = self._default(d)
         if a.kwarg is not None:
             env[a.kwarg.arg] = extra
         env["self"] = None  # replaced by the caller's module through _run
@@ -1122,13 +1122,15 @@ def parse_source(source: bytes) -> tuple[ast.Module | None, str]:
     except UnicodeDecodeError as exc:
         return None, f"invalid: not UTF-8 ({exc.reason} at byte {exc.start})"
     try:
-        return compile(text, "joint_schema_model.py", "exec", ast.PyCF_ONLY_AST), ""  # what ast.parse does
+        tree = compile(text, "joint_schema_model.py", "exec", ast.PyCF_ONLY_AST)  # what ast.parse does
     except SyntaxError as exc:
         return None, f"invalid: {exc.msg} (line {exc.lineno})"
     except (RecursionError, MemoryError) as exc:
         return None, f"unread: nested too deeply to parse ({type(exc).__name__})"
     except ValueError as exc:  # null bytes
         return None, f"invalid: {exc}"
+    assert isinstance(tree, ast.Module)  # mode "exec" with PyCF_ONLY_AST
+    return tree, ""
 
 
 def under(name: str, prefixes: tuple[str, ...]) -> bool:

@@ -1,6 +1,6 @@
 """The split-layout model: file names, layout names, and how a layout is told from the files.
 
-One source of truth for where things live in a Clef checkpoint (DESIGN.md, "Layouts").
+One source of truth for where things live in a Clef checkpoint (docs/FORMAT.md, "Layouts").
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ holds them for a layout-2 checkpoint served by the clef plugin when ``int8_table
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, Mapping
+from typing import Any, Mapping
 
 from clef_format.read.safetensors import numel
 from clef_format.spec import schemes
@@ -103,7 +103,9 @@ class LayersDetails:
     vllm_version: str
     view: LayersView | None
 
-    CAPPED_AFTER: ClassVar[str | None] = None
+    @property
+    def capped_after(self) -> str | None:
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         return {"vllm_version": self.vllm_version, **self.view.to_dict()} if self.view is not None else {}

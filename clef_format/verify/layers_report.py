@@ -9,7 +9,7 @@ from clef_format.spec.findings import error
 from clef_format.spec.layouts import CONFIG
 from clef_format.verify.layers import LayersDetails
 from clef_format.verify.options import VerifyOptions
-from clef_format.verify.run import verify_checkpoint
+from clef_format.verify.run import VerifyDetails, verify_checkpoint
 from clef_format.verify.vllm_build import build_vllm
 from clef_format.vllm_rules import names as vllm_names
 
@@ -30,6 +30,7 @@ def layers_report(path: str, version: str = vllm_names.DEFAULT_VLLM) -> Report:
     # the verdict is verify's: a view of a config vLLM refuses, or of a folder without its weights, is BROKEN
     verified = verify_checkpoint(ck, path, VerifyOptions(vllm_version=version, layers=True), bundled=True)
     findings = list(verified.findings)
+    assert isinstance(verified.details, VerifyDetails)
     view = verified.details.layers
     if view is None and not any(f.severity == "error" for f in findings):
         findings.append(error("quant-config-invalid", str(build_vllm(ck.model, version).refused), file=CONFIG))

@@ -37,7 +37,7 @@ from clef_format.spec.layouts import PLUGIN_DIR
 from clef_format.spec.findings import Finding, error, warning
 
 
-def _pair(ck: Checkpoint, version: str, path: str) -> tuple[str, str, str] | None:
+def _pair(ck: Checkpoint, version: str, path: str) -> tuple[str, str, str | None] | None:
     """``None`` when clef-vllm ``version`` can serve the checkpoint, else (code, reason, fix)."""
     from clef_format.errors import IncompatibleError
     from clef_format.spec.compat import check_pair  # packaging: only when a plugin version is checked

@@ -34,7 +34,9 @@ class VerifyDetails(Record):
     vllm_version: str | None = None
     layers: LayersView | None = None
 
-    CAPPED_AFTER = "hf_snapshot"
+    @property
+    def capped_after(self) -> str | None:
+        return "hf_snapshot"
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

@@ -83,7 +83,9 @@ class ScanDetails(Record):
     totals: Totals
     commands: list[dict[str, str]] | None = None
 
-    CAPPED_AFTER = "totals"
+    @property
+    def capped_after(self) -> str | None:
+        return "totals"
 
     def to_dict(self) -> dict[str, Any]:
         out = {"roots": list(self.roots), "rows": [r.to_dict() for r in self.rows], "totals": self.totals.to_dict()}

@@ -49,13 +49,15 @@ def plugin_head_shapes(head: PluginHead, config: Mapping[str, Any]) -> dict[str,
     """Names and shapes of the plugin's head at this config. A class is built on torch's meta device
     (no memory, no data): its ``state_dict`` is exactly what ``load_state_dict`` will demand."""
     if isinstance(head, Mapping):
-        return {k: tuple(getattr(v, "shape", v)) for k, v in head.items()}
+        given: Mapping[str, Any] = head
+        return {k: tuple(getattr(v, "shape", v)) for k, v in given.items()}
+    module: Any = head
     if isinstance(head, type) or not hasattr(head, "state_dict"):
         import torch
 
         with torch.device("meta"):
-            head = head(**config)
-    return {k: tuple(v.shape) for k, v in head.state_dict().items()}
+            module = head(**config)
+    return {k: tuple(v.shape) for k, v in module.state_dict().items()}
 
 
 def check_plugin_head(source: CheckpointSource, plugin_version: str, head: PluginHead) -> "Checkpoint":

@@ -251,10 +251,11 @@ def _kernel() -> Any:
         stride_scale,
         vocab_start,
         vocab_end,
-        BLOCK_T: tl.constexpr,
-        BLOCK_H: tl.constexpr,
-        EVEN_H: tl.constexpr,
-        DOWNCAST: tl.constexpr,
+        # triton reads these annotations when it compiles; to mypy ``tl`` is a value, not a type
+        BLOCK_T: tl.constexpr,  # type: ignore[name-defined]
+        BLOCK_H: tl.constexpr,  # type: ignore[name-defined]
+        EVEN_H: tl.constexpr,  # type: ignore[name-defined]
+        DOWNCAST: tl.constexpr,  # type: ignore[name-defined]
     ):
         # A program: BLOCK_T ids x BLOCK_H columns. Each id and its scale are loaded once for the
         # tile; the int8 slice is contiguous, so the loads vectorise to 16 bytes (16 values) and

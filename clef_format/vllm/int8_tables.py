@@ -55,6 +55,9 @@ class Int8VocabEmbedding(torch.nn.Module):
     has nothing to write into them and the optimizer-style ``parameters()`` walk skips them.
     """
 
+    q: torch.Tensor  # the buffers registered in __init__
+    scale: torch.Tensor
+
     def __init__(self, q_shard: torch.Tensor, scale_shard: torch.Tensor, num_embeddings: int,
                  vocab_start: int = 0, vocab_end: Optional[int] = None, tp_size: int = 1,
                  out_dtype: torch.dtype = torch.bfloat16, all_reduce: Optional[AllReduce] = None,

@@ -98,7 +98,7 @@ def config_problems(raw: Mapping[str, Any], cfg: ModelConfig, tables_stored: boo
     out += _rope_problems(text_raw, text_prefix)
     out += _number_problems(text_raw, text_prefix)
     out += _mrope_problems(text_raw, text_prefix)
-    if cfg.multimodal:
+    if cfg.vision is not None:  # multimodal
         vision = raw.get("vision_config") or {}
         vact = vision.get("hidden_act", "gelu_pytorch_tanh")
         if not isinstance(vact, str) or vact not in VISION_ACTS:

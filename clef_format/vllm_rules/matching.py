@@ -371,7 +371,8 @@ def should_ignore(name: str, ignore: tuple[str, ...], packed: Mapping[str, tuple
 
 
 def _is_nvfp4(a: Args | None) -> bool:
-    return a is not None and a.strategy == "tensor_group" and a.type == "float" and a.num_bits == 4 and a.group_size == 16 and a.symmetric
+    return (a is not None and a.strategy == "tensor_group" and a.type == "float" and a.num_bits == 4
+            and a.group_size == 16 and a.symmetric)
 
 
 def _is_fp8_w8a8(w: Args, i: Args | None) -> bool:
@@ -398,7 +399,8 @@ def classify(e: Entry, top_format: str | None, layer: str = "", version: str = D
         if i is None:
             return NVFP4_W4A16
         if not _is_nvfp4(i):
-            raise VllmLayerError("ValueError", "For NVFP4 weights, input quantization must also be NVFP4 format, None for NVFP4A16")
+            raise VllmLayerError("ValueError",
+                                 "For NVFP4 weights, input quantization must also be NVFP4 format, None for NVFP4A16")
         return schemes.NVFP4_W4A4
     if (rules.mxfp4_w4a8_fp8 and _is_mxfp4(w) and i is not None and i.type == "float" and i.num_bits == 8
             and not w.dynamic and bool(i.dynamic) and i.strategy in ("token", "group") and i.symmetric):
@@ -442,7 +444,8 @@ def classify(e: Entry, top_format: str | None, layer: str = "", version: str = D
             if (typed and w.num_bits == 4 and i.num_bits == 8 and w.strategy in ("group", "channel")
                     and i.strategy == "token" and w.symmetric and not w.dynamic and i.dynamic):
                 return INT_W4A8
-    raise VllmLayerError("NotImplementedError", f"No compressed-tensors compatible scheme was found for layer_name={layer!r} (format={fmt!r})")
+    raise VllmLayerError("NotImplementedError",
+                         f"No compressed-tensors compatible scheme was found for layer_name={layer!r} (format={fmt!r})")
 
 
 # ----------------------------------------------------------------------------- block shapes
@@ -691,7 +694,8 @@ def stored_schemes(backbone: Mapping[str, TensorInfo], specs: Iterable[LinearSpe
 
 
 __all__ = [
-    "Args", "block_problem", "ConfigError", "output_partitions", "Decision", "Entry", "HfDecision", "QuantConfig", "QuantConfigError", "VllmLayerError",
+    "Args", "block_problem", "ConfigError", "output_partitions", "Decision", "Entry", "HfDecision", "QuantConfig",
+    "QuantConfigError", "VllmLayerError",
     "VllmQuant", "classify", "equal_or_regex", "find_matched_target", "map_target", "parse_quant_config",
     "layout_fits", "resolve_hf", "resolve_hf_module", "resolve_layer", "resolve_vllm", "should_ignore", "stored_schemes",
     "vllm_view",

@@ -284,7 +284,8 @@ def test_the_symlinked_packages_are_resolved() -> None:
     """The arrows of migrations/ and fixtures/ are checked: their imports resolve to the files behind the
     symlinks, under either name."""
     graph = file_graph()
-    session, steps, builders = PKG / "migrate" / "session.py", PKG / "migrations" / "__init__.py", PKG / "fixtures" / "builders.py"
+    session, steps = PKG / "migrate" / "session.py", PKG / "migrations" / "__init__.py"
+    builders = PKG / "fixtures" / "builders.py"
     assert steps in graph[session]
     assert PKG / "migrate" / "plan.py" in graph[steps]
     assert PKG / "cli" / "commands" / "example_cmd.py" in {p for p, e in graph.items() if builders in e}

@@ -220,7 +220,7 @@ def test_ctrl_c_advice_is_the_same_for_every_spelling_of_output(fresh, tmp_path:
 
     src = fresh("layout-1")
     fixes, texts = set(), []
-    for i, option in enumerate(([f"--output", "{out}"], ["--output={out}"])):
+    for i, option in enumerate((["--output", "{out}"], ["--output={out}"])):
         for before in (False, True):
             out = tmp_path / f"out{i}{int(before)}"
             opt = [o.format(out=out) for o in option]

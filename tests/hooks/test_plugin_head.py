@@ -16,7 +16,6 @@ from clef_format.fixtures.builders import HEAD_REFERENCES
 from clef_format.read.safetensors import read_header
 from clef_format.spec import layouts as L
 from clef_format.vllm import check_plugin_head, plugin_head_shapes
-from tests.support.hostile_cases import edit_header
 
 NEW = "0.2.0"
 

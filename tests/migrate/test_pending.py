@@ -7,7 +7,6 @@ by the crash hook in a real run)."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from clef_format.migrate import crash, recovery, workspace
+from clef_format.migrate import crash, workspace
 from clef_format.migrate.crash import CRASH_ENV
 from clef_format.migrate.workspace import Lock, Target, make_target, write_journal
 from tests.support.migrate import file_digests, run_json, siblings

@@ -1,6 +1,6 @@
 """Coverage-guided fuzzing (atheris / libFuzzer) of the header reader and the config readers.
 
-    python tests/fuzz_atheris.py -max_total_time=30 [-seed=N]
+    python tests/scenarios/fuzz_atheris.py -max_total_time=30 [-seed=N]
 
 One input drives one reader, picked by its first byte: ``parse_header`` (with the file size taken
 from the input), the JSON config path (``json.loads`` then ``parse_config``, ``parse_head_config``,

@@ -200,7 +200,7 @@ def _faults(counts: dict[tuple[str, str], int]) -> list[Fault]:
         out.extend(Fault(site, 1, err) for err in errnos)  # the first call, with every errno
         if n > 1:
             out.append(Fault(site, n, errnos[0]))  # the last call (a later state), with the first errno
-        
+
     return out
 
 

@@ -112,7 +112,7 @@ MUTANTS = [
            "            if actual is not None and actual != digest:", "            if False:",
            ("tests/spec/test_table_content.py",)),
     Mutant("gate-skips-what-the-engine-reads-at-start", "clef_format/vllm/gate.py",
-           '        errors = [f for f in startup_findings(ck) if f.severity == "error"]', "        errors = []",
+           '    errors = [f for f in startup_findings(ck) if f.severity == "error"]', "    errors = []",
            ("tests/spec/test_table_content.py",)),
     # --- vLLM rules: re: patterns are start-anchored (re.match), and the version table
     Mutant("regex-search-not-match", "clef_format/vllm_rules/matching.py",

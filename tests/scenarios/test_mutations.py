@@ -196,11 +196,13 @@ def _tensor_mutations(root: Path) -> Iterator[Mutation]:
         seen_modules.add(role)
         extra = f"{module}.bias" if "bias" not in suffixes else f"{module}.weight_zero_point"
         rows = shape[0] if shape else 1
-        yield Mutation("add", extra, lambda r, rel=rel, x=extra, n=rows: edit_file(r, rel, lambda e: e.update({x: ("BF16", (n,))})), rel)
+        yield Mutation("add", extra,
+                       lambda r, rel=rel, x=extra, n=rows: edit_file(r, rel, lambda e: e.update({x: ("BF16", (n,))})), rel)
     for rel in files:
         if rel.startswith(L.HEAD_DIR) or rel == L.RELEASE_HEAD_WEIGHTS:
             name = "extra_projection.weight"
-            yield Mutation("add", name, lambda r, rel=rel, n=name: edit_file(r, rel, lambda e: e.update({n: ("BF16", (4, 4))})), rel)
+            yield Mutation("add", name,
+                           lambda r, rel=rel, n=name: edit_file(r, rel, lambda e: e.update({n: ("BF16", (4, 4))})), rel)
 
 
 def _leaves(obj: Any, prefix: str = "") -> Iterator[tuple[str, list[str], Any]]:

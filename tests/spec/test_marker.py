@@ -23,7 +23,8 @@ def test_specifiers(value, ok, bad):
     assert not any(admits(spec, v) for v in bad)
 
 
-@pytest.mark.parametrize("value", ["", "   ", "1+1", "0.2.0+local", "at least 0.2", ">>0.2", 2, None, [">=0.2"], {"v": 1}, ">=0.2.0,,<"])
+@pytest.mark.parametrize("value", ["", "   ", "1+1", "0.2.0+local", "at least 0.2", ">>0.2", 2, None, [">=0.2"], {"v": 1},
+                                   ">=0.2.0,,<"])
 def test_invalid_markers(value):
     with pytest.raises(MarkerError):
         parse_marker(value)

@@ -21,7 +21,8 @@ _TEXT = st.one_of(st.text(alphabet="0123456789+-_. eEx\t\u00a0", max_size=8),
                                    "0x4", "2x4x8", " 2x 4", "\u0668", "-1", "128"]))
 _NUMBER = st.one_of(st.integers(-5, 300), st.integers(-(2 ** 70), 2 ** 70),
                     st.floats(allow_nan=True, allow_infinity=True),
-                    st.sampled_from([0, 1, 2, -1, -2, 0.5, 0.0, 1.0, -1.0, 8.0, 8.5, 16.0, 2.0 ** 63, -(2.0 ** 63), 1e19, 9007199254740993.0]))
+                    st.sampled_from([0, 1, 2, -1, -2, 0.5, 0.0, 1.0, -1.0, 8.0, 8.5, 16.0, 2.0 ** 63, -(2.0 ** 63), 1e19,
+                                     9007199254740993.0]))
 _SCALAR = st.one_of(st.none(), st.booleans(), _NUMBER, _TEXT, _NUMBER)  # numbers twice: the boundaries matter
 VALUES = st.one_of(_SCALAR, st.lists(_SCALAR, max_size=3), st.dictionaries(st.sampled_from(["a", "b"]), _SCALAR,
                                                                            max_size=2))

@@ -464,7 +464,8 @@ CASES: list[Case] = [
     Case("head-config-truncated", lambda root: (root / L.HEAD_CONFIG).write_bytes(
         (root / L.HEAD_CONFIG).read_bytes()[:-2]), "bad-config"),
     Case("head-config-empty", replace_bytes(L.HEAD_CONFIG, b""), "bad-config"),
-    Case("head-config-array", json_file(L.HEAD_CONFIG, [4096, 1024]), "bad-config"),  # not an object: no config, no marker (the layout unknown)
+    # not an object: no config, no marker (the layout unknown)
+    Case("head-config-array", json_file(L.HEAD_CONFIG, [4096, 1024]), "bad-config"),
     # --- downloads and deep verification -----------------------------------------------------
     Case("incomplete-download", replace_bytes("model-00002-of-00002.safetensors.incomplete", b"\0" * 64),
          "partial-download"),

@@ -28,7 +28,8 @@ import torch
 from tests.tier_producer import vllm_load as V
 
 OUTPUTS = Path(os.environ.get("CLEF_PRODUCER_OUTPUTS", "."))
-REPORT = Path(os.environ.get("CLEF_PRODUCER_REPORT") or Path(__file__).resolve().parents[2] / "build" / f"producer-{V.VERSION}.json")
+REPORT = Path(os.environ.get("CLEF_PRODUCER_REPORT")
+              or Path(__file__).resolve().parents[2] / "build" / f"producer-{V.VERSION}.json")
 NAMES = sorted(p.stem for p in OUTPUTS.glob("*.json"))
 ROWS: dict[str, dict[str, Any]] = {}
 REFERENCE = "bf16"
@@ -125,7 +126,8 @@ def _migrate_ok(src: Path, tmp_path: Path, problems: list[str]) -> bool:
         return False
     _, verdict = clef("verify", str(dst), "--vllm-version", V.VERSION)
     if not verdict["ok"] or verdict["layout"] != "layout-2":
-        problems.append(f"migrated copy: {verdict['layout']}, errors {[f['code'] for f in verdict['findings'] if f['severity'] == 'error']}")
+        errors = [f["code"] for f in verdict["findings"] if f["severity"] == "error"]
+        problems.append(f"migrated copy: {verdict['layout']}, errors {errors}")
     before, after = _tensors(src), _tensors(dst)
     moved = set(before) - set(after)
     if not all(n.endswith(("embed_tokens.weight", "lm_head.weight")) for n in moved) or set(after) - set(before):

@@ -54,12 +54,14 @@ def theirs_direct(config: dict[str, Any], classes: dict[str, str]) -> dict[str, 
 def assert_same(config: dict[str, Any], mine: dict[str, oracle.VllmDecision] | None,
                 real: dict[str, oracle.VllmDecision] | None, kind: str = "configs") -> None:
     qc = config.get("quantization_config")
-    assert (mine is None) == (real is None), f"vLLM {VERSION}: config acceptance differs: resolver {mine is None}, vLLM {real is None}\n{qc}"
+    assert (mine is None) == (real is None), (
+        f"vLLM {VERSION}: config acceptance differs: resolver {mine is None}, vLLM {real is None}\n{qc}")
     if mine is None or real is None:
         TOTALS["refused"] += 1
         return
     assert set(mine) == set(real)
-    diffs = {n: (mine[n], real[n]) for n in mine if mine[n] != oracle.VllmDecision(real[n].scheme_class, real[n].target, real[n].error_kind)}
+    diffs = {n: (mine[n], real[n]) for n in mine
+             if mine[n] != oracle.VllmDecision(real[n].scheme_class, real[n].target, real[n].error_kind)}
     assert not diffs, f"vLLM {VERSION}: {len(diffs)} layers differ, e.g. {next(iter(diffs.items()))}\nconfig: {qc}"
     TOTALS[kind] += 1
     TOTALS["layers"] += len(mine)

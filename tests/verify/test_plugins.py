@@ -433,7 +433,8 @@ def test_a_stale_pair_of_both_is_two_errors_and_the_fix_is_the_whole_repo(releas
     payload = json.loads(run_cli("verify", str(root), "--json", pythonpath=[installed("0.1.4")]).stdout)
     by_code = {f["code"]: f for f in payload["findings"]}
     assert set(by_code) == {"bundled-plugin-mismatch", "plugin-incompatible"}
-    assert by_code["plugin-incompatible"]["fix"].startswith("install the plugin shipped with the checkpoint (pip install 'clef-vllm>=0.2.0')")
+    fix = by_code["plugin-incompatible"]["fix"]
+    assert fix.startswith("install the plugin shipped with the checkpoint (pip install 'clef-vllm>=0.2.0')")
     assert f"{root}/vllm_plugin" not in by_code["plugin-incompatible"]["fix"]  # that folder cannot serve them either
     assert [(r["source"], r["can_serve"]) for r in payload["plugins"]] == [("bundled", False), ("installed", False)]
 

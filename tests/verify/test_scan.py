@@ -44,7 +44,8 @@ def _env(cache: Path) -> dict[str, str]:
     return {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
 
 
-def cli(env: dict[str, str], *argv: str, prefix: list[str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def cli(env: dict[str, str], *argv: str, prefix: list[str] | None = None,
+        cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*(prefix or []), sys.executable, "-m", "clef_format", *argv], capture_output=True, text=True,
                           env=env, cwd=cwd)
 

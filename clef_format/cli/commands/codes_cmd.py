@@ -14,7 +14,7 @@ def run(args: argparse.Namespace) -> int:
     from clef_format.report import make_report
     from clef_format.spec.findings import CODES
 
-    def human(r):  # type: ignore[no-untyped-def]
+    def human(r):
         return "\n".join(f"{code:24} {meaning}" for code, meaning in r.details.values["codes"].items())
 
     return finish(make_report("codes", None, None, [], {"codes": CODES}), args.json, human)

@@ -64,9 +64,10 @@ def run(args: argparse.Namespace) -> int:
     if args.no_verify:
         return finish(make_report("example", args.path, args.layout, [], ExampleDetails(args.path)), args.json,
                       lambda r: f"built {args.path}")
-    from clef_format.verify.run import verify
+    from clef_format.verify.run import VerifyDetails, verify
 
     verified = verify(args.path)
+    assert isinstance(verified.details, VerifyDetails)
     report = make_report("example", verified.path, verified.layout, verified.findings,
                          ExampleDetails(args.path, verified.details), verified.capped)
     return finish(report, args.json, render_example)
@@ -78,7 +79,9 @@ class ExampleDetails(Record):
     built: str | None
     verified: VerifyDetails | None = None
 
-    CAPPED_AFTER = "hf_snapshot"
+    @property
+    def capped_after(self) -> str | None:
+        return "hf_snapshot"
 
     def to_dict(self) -> dict[str, Any]:
         return {**(self.verified.to_dict() if self.verified is not None else {}), "built": self.built}

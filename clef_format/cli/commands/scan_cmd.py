@@ -44,7 +44,7 @@ def _listable(root: str) -> None:
                           fix="make the folder readable (permissions), or scan another root") from None
 
 
-def _walk(roots: list[str]):  # type: ignore[no-untyped-def]
+def _walk(roots: list[str]):
     from clef_format.errors import PathNotFound, UsageError
     from clef_format.read.copies import cache_copies, folder_copies
     from clef_format.read.hf_cache import hub_cache

@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         report = verify_checkpoint(ck, args.path, options, bundled=True, installed=installed)
 
-    def human(r):  # type: ignore[no-untyped-def]
+    def human(r):
         from clef_format.cli.render import render_verify  # text only: --json never loads it
 
         return render_verify(r)

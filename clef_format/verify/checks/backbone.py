@@ -78,7 +78,8 @@ def _signatures(cfg: ModelConfig, version: str,
     except (QuantConfigError, ValueError, TypeError):
         return None
     out: dict[str, Mapping[str, ParamSpec]] = {}
-    memo: dict[tuple[str | None, int, int], Mapping[str, ParamSpec]] = {}  # modules share groups and shapes
+    # modules share groups and shapes: (target, or ("vllm", target) for a class match; out; in)
+    memo: dict[tuple[str | tuple[str, str] | None, int, int], Mapping[str, ParamSpec]] = {}
     for m in specs:
         d = decisions.get(m.name)
         target = d.target if d is not None and d.scheme is not None and d.target in qc.hf_targets else None
@@ -157,7 +158,7 @@ def check_backbone(ck: Checkpoint, opts: VerifyOptions = DEFAULTS, vllm: VllmBui
         elif info.shape != shape or info.dtype != dtype:
             yield error("tensor-shape", f"{name} is {info.dtype}{list(info.shape)}, config implies {dtype}{list(shape)}",
                         tensor=name, file=ck.tensor_file.get(name), fix=_REDOWNLOAD)
-    for name, spec in kv_cache_params(cfg).items():
+    for name, kv in kv_cache_params(cfg).items():
         info = ck.backbone.get(name)
         if info is None:  # vLLM then serves the FP8 cache with scale 1.0 (it warns): not a load failure
             yield warning("tensor-missing", f"{name} is missing: the config has a kv_cache_scheme, and vLLM uses a "
@@ -165,9 +166,9 @@ def check_backbone(ck: Checkpoint, opts: VerifyOptions = DEFAULTS, vllm: VllmBui
                           fix="re-run the export with the kv_cache_scheme's calibration, or drop kv_cache_scheme")
             continue
         accounted.add(name)
-        if info.dtype not in spec.dtypes or tuple(info.shape) not in spec.shapes:
+        if info.dtype not in kv.dtypes or tuple(info.shape) not in kv.shapes:
             yield error("tensor-shape", f"{name} is {info.dtype}{list(info.shape)}, expected "
-                        f"{'/'.join(spec.dtypes)} {' or '.join(str(list(sh)) for sh in spec.shapes)} (one scale per "
+                        f"{'/'.join(kv.dtypes)} {' or '.join(str(list(sh)) for sh in kv.shapes)} (one scale per "
                         "tensor: vLLM's per-tensor KV-cache scale)",
                         tensor=name, file=ck.tensor_file.get(name), fix=_REDOWNLOAD)
     loose = [n for n in unscheduled_kv_scales(cfg) if n in ck.backbone]

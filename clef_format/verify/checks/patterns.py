@@ -61,7 +61,7 @@ def summarize(names: Iterable[str], limit: int = 6) -> str:
 def _ranges(idx: list[int]) -> str:
     out: list[str] = []
     start = prev = idx[0]
-    for i in idx[1:] + [None]:  # type: ignore[list-item]
+    for i in [*idx[1:], None]:
         if i is not None and i == prev + 1:
             prev = i
             continue
@@ -336,9 +336,9 @@ def _class_name_finding(model: VllmModel, target: str, mapped: str) -> Finding:
     return Finding(
         "pattern-class-name", "warning",
         f"target '{target}' matches vLLM layers only by their class name ({', '.join(classes)}: {summarize(hits)}), "
-        "and vLLM quantizes those it does not ignore; compressed-tensors matches a class name only when it is exactly the module's class "
-        "and a re: pattern only against module names, so for the quantizer and transformers this target matches no "
-        "module (transformers would load these layers unquantized)",
+        "and vLLM quantizes those it does not ignore; compressed-tensors matches a class name only when it is exactly "
+        "the module's class and a re: pattern only against module names, so for the quantizer and transformers this "
+        "target matches no module (transformers would load these layers unquantized)",
         file=CONFIG_FILE, module=hits[0],
         fix=f"use '{fixed}' instead of '{target}'" if fixed else "rewrite the target against module names "
         "(`clef-format layers PATH` lists vLLM's)")
@@ -362,7 +362,8 @@ def _label(h: R.HfDecision | None) -> str:
     return f"{h.scheme} via '{h.target}'"
 
 
-def _layer_issues(layer: VllmLayer, d: R.Decision, hf: dict[str, R.HfDecision], stored: dict[str, str | None]) -> list[_Issue]:
+def _layer_issues(layer: VllmLayer, d: R.Decision, hf: Mapping[str, R.HfDecision],
+                  stored: dict[str, str | None]) -> list[_Issue]:
     out: list[_Issue] = []
     shard_hf = [hf.get(s.name) for s in layer.shards]
     if d.error is not None:

@@ -72,7 +72,7 @@ def table_content_findings(ck: Checkpoint) -> list[Finding]:
         info = ck.backbone.get(table)
         rel = ck.tensor_file.get(table)
         hdr = ck.headers.get(rel) if rel else None
-        if info is None or hdr is None or info.dtype not in TF.FLOAT_TABLE_DTYPES:
+        if info is None or rel is None or hdr is None or info.dtype not in TF.FLOAT_TABLE_DTYPES:
             continue
         width = 4 if info.dtype == "F32" else 2
         with open(ck.path(rel), "rb") as fh:
@@ -122,7 +122,8 @@ def check_tables(ck: Checkpoint, opts: VerifyOptions = DEFAULTS, vllm: VllmBuild
             yield error("table-shape", f"{L.TABLES} lacks {name}", file=L.TABLES, tensor=name, fix=_FIX)
         elif info.dtype != dtype or info.shape != shape:
             yield error("table-shape",
-                        f"{name} is {info.dtype}{list(info.shape)}, expected {dtype}{list(shape)} (vocab {vocab}, hidden {hidden})",
+                        f"{name} is {info.dtype}{list(info.shape)}, expected {dtype}{list(shape)} "
+                        f"(vocab {vocab}, hidden {hidden})",
                         file=L.TABLES, tensor=name, fix=_FIX)
     for name in sorted(set(header.tensors) - set(expected)):
         yield warning("table-shape", f"{L.TABLES} holds {name}, which the format does not define: the plugin reads "
