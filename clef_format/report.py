@@ -2,36 +2,65 @@
 
 verify, migrate, layers and manifest all build one; the CLI renders it as text or as one JSON object
 with the same top-level keys for every command (``command``, ``path``, ``layout``, ``ok``,
-``findings``, then the command's own keys). Long operations collect into a ``ReportDraft`` and
-freeze it at the end. A namedtuple, not a dataclass: it is built on the structure path of verify,
-where importing ``dataclasses`` (and ``inspect``) would cost more than the whole report.
+``findings``, then the command's own keys). ``details`` is the command's own typed record
+(``verify.run.VerifyDetails``, ``verify.layers.LayersDetails``, ...; ``Keys`` for the few commands
+whose keys are one plain value): it says which keys the command has, and ``to_dict`` writes them in
+the contract's order. Long operations collect into a ``ReportDraft`` and freeze it at the end. A
+namedtuple, not a dataclass: it is built on the structure path of verify, where importing
+``dataclasses`` (and ``inspect``) would cost more than the whole report.
 """
 
 from __future__ import annotations
-
-from types import MappingProxyType
 
 from clef_format.records import Record
 from clef_format.spec.findings import COULD_NOT_RUN, Finding
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
-    from typing import Any, Iterable, Mapping
+    from typing import Any, Iterable, Mapping, Protocol
 
     from clef_format.spec.findings import Severity
+else:
+    Protocol = object
 
 #: The keys every command's JSON object starts with; a command's own keys follow and never clash.
 ENVELOPE_KEYS = ("command", "path", "layout", "ok", "findings")
 
 
+class Details(Protocol):
+    """A command's own keys, typed. ``capped_after``: the key the report's ``capped`` count follows in the
+    JSON object (``None``: last), where the contract has always had it."""
+
+    @property
+    def capped_after(self) -> str | None: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+class Keys(Record):
+    """The own keys of a command that has no record of its own (codes, --help, --version, --history, the
+    one key of a command that could not run): a plain mapping, copied."""
+
+    values: dict[str, Any]
+
+    @property
+    def capped_after(self) -> str | None:
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.values)
+
+
 class Report(Record):
-    """What one command found. ``details`` holds the command's own keys (read-only mapping)."""
+    """What one command found: its findings and its own typed ``details``. ``capped``: per class
+    ("code/severity") how many findings were left out (``cap_findings``), ``None`` when none was."""
 
     command: str
     path: str | None
     layout: str | None
     findings: tuple[Finding, ...]
-    details: Mapping[str, Any]
+    details: Details
+    capped: dict[str, int] | None = None
 
     @property
     def ok(self) -> bool:
@@ -48,12 +77,27 @@ class Report(Record):
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"command": self.command, "path": self.path, "layout": self.layout, "ok": self.ok,
                                "findings": [f.to_dict() for f in self.findings]}
-        for key, value in self.details.items():
+        own = self.details.to_dict()
+        if self.capped:
+            own = _with_key(own, "capped", dict(self.capped), self.details.capped_after)
+        for key, value in own.items():
             if key not in out:
                 out[key] = value
         if self.could_not_run and "error" not in out:  # the contract: exit 2 always says why, in one line
             out["error"] = next(f.message for f in self.findings if f.code in COULD_NOT_RUN)
         return out
+
+
+def _with_key(d: dict[str, Any], key: str, value: Any, after: str | None) -> dict[str, Any]:
+    """``d`` with ``key`` inserted right after ``after`` (at the end when ``after`` is None or absent)."""
+    if after is None or after not in d:
+        return {**d, key: value}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out[k] = v
+        if k == after:
+            out[key] = value
+    return out
 
 
 #: Findings kept per class (code, severity); the rest of a class is one summary finding that says how many.
@@ -94,24 +138,31 @@ def cap_findings(findings: Iterable[Finding]) -> tuple[list[Finding], dict[str, 
 
 
 def make_report(command: str, path: str | None, layout: str | None = None, findings: Iterable[Finding] = (),
-                details: Mapping[str, Any] | None = None) -> Report:
-    """A frozen report (``details`` is copied, then exposed read-only). Findings are capped per class
-    (``cap_findings``); what was left out is counted in the ``capped`` detail."""
-    kept, capped = cap_findings(findings)
-    details = dict(details or {})
-    if capped:
-        details["capped"] = {**details.get("capped", {}), **capped}
-    return Report(command, path, layout, tuple(kept), MappingProxyType(details))
+                details: Details | dict[str, Any] | None = None, capped: Mapping[str, int] | None = None) -> Report:
+    """A frozen report. ``details``: the command's record, or a plain dict (copied into ``Keys``).
+    Findings are capped per class (``cap_findings``); what was left out is counted in ``capped``, added
+    to the ``capped`` given (findings capped before: capping them again leaves nothing out)."""
+    kept, left_out = cap_findings(findings)
+    own = Keys(dict(details)) if isinstance(details, dict) else Keys({}) if details is None else details
+    counts = {**(capped or {}), **left_out}
+    return Report(command, path, layout, tuple(kept), own, counts or None)
+
+
+class DetailsDraft(Protocol):
+    """A command's own keys under construction; ``freeze`` makes its record."""
+
+    def freeze(self) -> Details: ...
 
 
 class ReportDraft:
-    """A report under construction (migrate adds steps as it goes); ``freeze`` makes the result."""
+    """A report under construction (migrate adds steps as it goes); ``freeze`` makes the result, with the
+    command's own record frozen from ``details``."""
 
-    def __init__(self, path: str | None, layout: str | None) -> None:
+    def __init__(self, path: str | None, layout: str | None, details: DetailsDraft) -> None:
         self.path = path
         self.layout = layout
         self.findings: list[Finding] = []
-        self.extra: dict[str, Any] = {}
+        self.details = details
 
     @property
     def ok(self) -> bool:
@@ -121,4 +172,4 @@ class ReportDraft:
         self.findings.extend(findings)
 
     def freeze(self, command: str) -> Report:
-        return make_report(command, self.path, self.layout, self.findings, self.extra)
+        return make_report(command, self.path, self.layout, self.findings, self.details.freeze())

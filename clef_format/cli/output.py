@@ -75,8 +75,12 @@ def one_cause(report: Report) -> Report:
     merged = Finding(causes[0].code, "error", f"{len(causes)} problems: " + "; ".join(f.message for f in causes),
                      fix="; ".join(fixes) or None)
     rest = [f for f in report.findings if f.code not in COULD_NOT_RUN]
-    details = {k: v for k, v in report.details.items() if k != "error"}
-    return make_report(report.command, report.path, report.layout, [merged, *rest], details)
+    from clef_format.report import Keys
+
+    details = report.details  # the cause's own ``error`` key goes: the merged finding gives it
+    if isinstance(details, Keys):
+        details = Keys({k: v for k, v in details.values.items() if k != "error"})
+    return make_report(report.command, report.path, report.layout, [merged, *rest], details, report.capped)
 
 
 def finish(report: Report, as_json: bool, human: Callable[[Report], str]) -> int:

@@ -7,6 +7,13 @@ TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to
 if TYPE_CHECKING:
     from typing import Any
 
+    from clef_format.migrate.details import MigrateDetails
+    from clef_format.migrate.manifest_writer import ManifestDetails
+    from clef_format.verify.layers import LayersView
+    from clef_format.verify.plugins import PluginRow
+    from clef_format.verify.run import VerifyDetails
+    from clef_format.verify.scan import Row, ScanDetails
+
 import os
 import sys
 
@@ -36,8 +43,9 @@ def human_size(n: int) -> str:
     return f"{n} B"
 
 
-def render_report(report: Report, title: str | None = None, layout_text: str | None = None) -> str:
-    d: dict[str, Any] = report.to_dict()
+def render_report(report: Report, title: str | None = None, layout_text: str | None = None,
+                  verified: VerifyDetails | None = None) -> str:
+    """The report's header and findings; ``verified``: verify's details, whose files and plugins it lists."""
     errors = sum(f.severity == "error" for f in report.findings)
     warnings = sum(f.severity == "warning" for f in report.findings)
     verdict = style("OK", "green", True) if report.ok else style("BROKEN", "error", True)
@@ -47,7 +55,7 @@ def render_report(report: Report, title: str | None = None, layout_text: str | N
                                         else "- (no checkpoint there)")),
         f"  result   {verdict}  ({errors} error(s), {warnings} warning(s))",
     ]
-    files = d.get("files") or {}
+    files = verified.files if verified is not None else {}
     if files:
         total = sum(files.values())
         shown = {rel: size for rel, size in files.items() if rel.endswith((".safetensors", ".json")) or size > 10_000_000}
@@ -55,10 +63,9 @@ def render_report(report: Report, title: str | None = None, layout_text: str | N
         lines.append(f"  files    {len(files)} ({human_size(total)})" + (f", {rest} small file(s) not listed" if rest else ""))
         for rel, size in shown.items():
             lines.append(f"           {rel}  {human_size(size)}")
-    for key in ("plugin_version",):
-        if key in d:
-            lines.append(f"  {key.replace('_', ' '):8} {d[key]}")
-    for i, row in enumerate(d.get("plugins") or ()):
+    if verified is not None and verified.plugin_version is not None:
+        lines.append(f"  {'plugin version':8} {verified.plugin_version}")
+    for i, row in enumerate((verified.plugins if verified is not None else None) or ()):
         lines.append(("  plugins  " if i == 0 else "           ") + plugin_line(row))
     if report.findings:
         lines.append("")
@@ -76,32 +83,65 @@ def render_report(report: Report, title: str | None = None, layout_text: str | N
 _PLUGIN_SOURCE = {"bundled": "shipped in", "argument": "given as", "installed": "installed in", "python": "installed in"}
 
 
-def plugin_line(row: dict[str, Any]) -> str:
+def plugin_line(row: PluginRow) -> str:
     """One plugin checked against the weights: which, where its version came from, and the answer."""
-    where = f"{_PLUGIN_SOURCE.get(row['source'], row['source'])} {row['where']}"
-    if row["version"] is None:
-        if row["source"] != "bundled":
-            return f"{row['source']:9} no clef-vllm installed in {row['where']}"
-        return f"{row['source']:9} version not read ({where})" + (f": {row['note']}" if row.get("note") else "")
+    where = f"{_PLUGIN_SOURCE.get(row.source, row.source)} {row.where}"
+    if row.version is None:
+        if row.source != "bundled":
+            return f"{row.source:9} no clef-vllm installed in {row.where}"
+        return f"{row.source:9} version not read ({where})" + (f": {row.note}" if row.note else "")
     answer = {True: "can serve these weights", False: style("cannot serve these weights", "error", True),
-              None: "not checked" + (f": {row['note']}" if row.get("note") else "")}[row["can_serve"]]
-    return f"{row['source']:9} clef-vllm {row['version']} ({where}): {answer}"
+              None: "not checked" + (f": {row.note}" if row.note else "")}[row.can_serve]
+    return f"{row.source:9} clef-vllm {row.version} ({where}): {answer}"
 
 
-def render_layers(view: dict[str, Any]) -> str:
-    """A plain-text table of the scheme per layer and the memory estimate (from ``LayersView.to_dict()``)."""
+def render_verify(report: Report) -> str:
+    """``clef-format verify``: the report, then the per-layer view when it was asked for and given."""
+    details: VerifyDetails = report.details  # type: ignore[assignment]
+    text = render_report(report, verified=details)
+    return text + ("\n\n" + render_layers(details.layers) if details.layers is not None else "")
+
+
+def render_example(report: Report) -> str:
+    """``clef-format example``: verify's report of what it built (its files and plugins when it verified)."""
+    return render_report(report, verified=report.details.verified)  # type: ignore[attr-defined]
+
+
+def render_layers(view: LayersView) -> str:
+    """A plain-text table of the scheme per layer and the memory estimate."""
     from clef_format.verify.layers import GIB, HEADROOM_BYTES
 
-    lines = [f"{view['arch']}: {len(view['rows'])} decoder layers"]
-    for r in view["rows"]:
-        groups = ", ".join(f"{k}={v}" for k, v in r["groups"].items())
-        lines.append(f"  {r['index']:3d} {r['attention']:17s} {groups}")
-    for k, v in view["other"].items():
+    lines = [f"{view.arch}: {len(view.rows)} decoder layers"]
+    for r in view.rows:
+        groups = ", ".join(f"{k}={v}" for k, v in r.groups.items())
+        lines.append(f"  {r.index:3d} {r.attention:17s} {groups}")
+    for k, v in view.other.items():
         lines.append(f"  {k}: {v}")
-    verdict = "fits" if view["fits_16gb"] else "does NOT fit"
-    lines.append(f"weights in vLLM: {view['weight_bytes'] / GIB:.2f} GiB; {verdict} a 16 GB card once "
+    verdict = "fits" if view.fits_16gb else "does NOT fit"
+    lines.append(f"weights in vLLM: {view.weight_bytes / GIB:.2f} GiB; {verdict} a 16 GB card once "
                  f"{HEADROOM_BYTES / GIB:.1f} GiB are reserved for context, activations and KV cache")
     return "\n".join(lines)
+
+
+def render_layers_report(report: Report) -> str:
+    """``clef-format layers``: the findings (all of them when there is no view), the rules' vLLM version and
+    the view."""
+    from clef_format.verify.layers import LayersDetails
+
+    details = report.details
+    if not isinstance(details, LayersDetails) or details.view is None:
+        return render_report(report, title="layers")
+    parts = [render_report(report, title="layers")] if report.findings else []
+    parts += [f"vLLM {details.vllm_version} rules", render_layers(details.view)]
+    return "\n\n".join(parts)
+
+
+def render_manifest(report: Report) -> str:
+    """``clef-format manifest``: one line saying what was written, or the report of why nothing was."""
+    d: ManifestDetails = report.details  # type: ignore[assignment]
+    if d.written:
+        return f"wrote {d.written}: {d.files} file(s), {(d.bytes or 0) / 1e9:.2f} GB, {d.algorithm}"
+    return render_report(report, title="manifest")
 
 
 def _quality_lines(quality: dict[str, dict[str, float]]) -> list[str]:
@@ -130,39 +170,38 @@ def _plan_lines(plan_dict: dict[str, Any]) -> list[str]:
 
 
 def render_migrate(report: Report) -> str:
-    d = report.to_dict()
+    d: MigrateDetails = report.details  # type: ignore[assignment]
     layout_text = None
-    if d.get("output") and d.get("result") and report.layout is not None and report.layout != d.get("from"):
+    if d.output and d.result and report.layout is not None and report.layout != d.from_layout:
         # PATH was only read: its layout is the one it had; the new layout is the output's
-        layout_text = (f"{d.get('from')} (unchanged); the result in {d['result']} is "
+        layout_text = (f"{d.from_layout} (unchanged); the result in {d.result} is "
                        f"{style(report.layout, bold=True)}")
     lines = [render_report(report, layout_text=layout_text)]
-    if d.get("revision") is not None or d.get("pending"):
-        pending = f"   interrupted run pending: {d['pending']}" if d.get("pending") else ""
-        lines.append(f"  revision {d.get('revision')}" + pending)
-    for note in d.get("recovered") or []:
+    if d.revision is not None or d.pending:
+        lines.append(f"  revision {d.revision}" + (f"   interrupted run pending: {d.pending}" if d.pending else ""))
+    for note in d.recovered:
         lines.append(f"  recovery {note}")
-    for step in d.get("steps", []):
+    for step in d.steps:
         lines.append("")
-        lines.extend(_plan_lines(step["plan"]))
-        if step.get("quality"):
+        lines.extend(_plan_lines(step.plan))
+        if step.quality:
             lines.append("  int8 table quality:")
-            lines.extend(_quality_lines(step["quality"]))
-        if step.get("carried_by"):
-            lines.append("  unchanged files came over by " + ", ".join(f"{k} x{v}" for k, v in step["carried_by"].items()))
-    if d.get("dry_run"):
+            lines.extend(_quality_lines(step.quality))
+        if step.carried_by:
+            lines.append("  unchanged files came over by " + ", ".join(f"{k} x{v}" for k, v in step.carried_by.items()))
+    if d.dry_run:
         lines.append("")
         lines.append("dry run: nothing was written")
-    if d.get("message"):
+    if d.message:
         lines.append("")
-        lines.append(d["message"])
+        lines.append(d.message)
     return "\n".join(lines)
 
 
 def render_history(report: Report) -> str:
     """``migrate --history``: the chain of steps."""
     lines = ["base = layout-1 (BF16 tables in the backbone)"]
-    for h in report.details["history"]:
+    for h in report.details.values["history"]:  # type: ignore[attr-defined]
         arrow = "<->" if h["reversible"] else " ->"
         lines.append(f"{h['revision']:20} {h['from']} {arrow} {h['to']}   (down_revision {h['down_revision']}): "
                      f"{h['description']}")
@@ -174,34 +213,35 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-def _where(row: dict[str, Any]) -> str:
-    if row.get("repo_id") and row.get("revision"):
-        refs = f" ({', '.join(row['refs'])})" if row.get("refs") else ""
-        return printable(f"{row['repo_id']}@{row['revision'][:12]}{refs}")
-    return printable(str(row["where"]))
+def _where(row: Row) -> str:
+    c = row.copy
+    if c.repo_id and c.revision:
+        refs = f" ({', '.join(c.refs)})" if c.refs else ""
+        return printable(f"{c.repo_id}@{c.revision[:12]}{refs}")
+    return printable(str(c.display))
 
 
-def render_scan(report: Report, rows: object = None) -> str:
+def render_scan(report: Report) -> str:
     """One table of copies (worst first, each column as wide as its widest cell) and a one-line summary."""
-    d = report.to_dict()
+    d: ScanDetails = report.details  # type: ignore[assignment]
     colors = {"BROKEN": "error", "unreadable": "error", "warnings": "warning", "OK": "green"}
     header = ("WHERE", "LAYOUT", "VERDICT", "SERVES WITH", "SIZE", "FIX")
-    cells = [(_where(r), r.get("layout") or "-", r["verdict"], r["serves_with"], human_size(r["size_on_disk"]),
-              " ".join((r.get("fix") or "-").split())) for r in d["rows"]]
+    cells = [(_where(r), r.report.layout or "-", r.verdict, r.serves_with, human_size(r.size),
+              " ".join((r.fix or "-").split())) for r in d.rows]
     widths = [max(len(c[i]) for c in [header, *cells]) for i in range(len(header) - 1)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)) + "  " + header[-1]]
     for c in cells:
         verdict = style(c[2].ljust(widths[2]), colors.get(c[2]), True)
         lines.append("  ".join([c[0].ljust(widths[0]), c[1].ljust(widths[1]), verdict, c[3].ljust(widths[3]),
                                 c[4].rjust(widths[4]), c[5]]))
-    t = d["totals"]
+    t = d.totals
     lines.append("")
-    lines.append(f"{t['copies']} copies: {t['broken']} broken, {t['unreadable']} unreadable, "
-                 f"{t['to_migrate']} to migrate, {t['to_redownload']} to re-download; "
-                 f"{human_size(t['bytes'])} in all ({', '.join(d['roots'])})")
+    lines.append(f"{t.copies} copies: {t.broken} broken, {t.unreadable} unreadable, "
+                 f"{t.to_migrate} to migrate, {t.to_redownload} to re-download; "
+                 f"{human_size(t.bytes)} in all ({', '.join(d.roots)})")
     for f in report.findings:
         if f.code == "scan-limit":
             lines.append(f"{style('WARNING', 'warning', True)} scan-limit  {f.message}")
-    if not d["rows"]:
-        lines[0:1] = [f"no Clef copy found under {', '.join(d['roots'])}"]
+    if not d.rows:
+        lines[0:1] = [f"no Clef copy found under {', '.join(d.roots)}"]
     return "\n".join(lines)

@@ -20,8 +20,29 @@ from clef_format.read.checkpoint import open_checkpoint
 from clef_format.read.hashing import HashTask, hash_many
 from clef_format.read.hf_cache import in_hf_cache
 from clef_format.read.manifest import ALGORITHM, MANIFEST_NAME, build_manifest, manifest_files
+from clef_format.records import Record
 from clef_format.report import Report, make_report
 from clef_format.spec.findings import error
+
+
+class ManifestDetails(Record):
+    """manifest's own keys: the file written (``None``: nothing was), the hash algorithm, and what it
+    lists (``files``, ``bytes``) once written."""
+
+    written: str | None
+    algorithm: str = ALGORITHM
+    files: int | None = None
+    bytes: int | None = None
+
+    @property
+    def capped_after(self) -> str | None:
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"written": self.written, "algorithm": self.algorithm}
+        if self.written is not None:
+            out.update(files=self.files, bytes=self.bytes)
+        return out
 
 
 def write_manifest(root: str, manifest: dict[str, Any]) -> str:
@@ -86,7 +107,7 @@ def make_manifest(path: str, force: bool = False, progress: Progress | None = No
     Holds migrate's lock on the checkpoint meanwhile (``writer_lock``)."""
     ck = open_checkpoint(path)
     layout = str(ck.layout)
-    details: dict[str, Any] = {"written": None, "algorithm": ALGORITHM}
+    details = ManifestDetails(None)  # nothing written (yet)
     if ck.unreadable:
         return make_report("manifest", path, layout, ck.findings, details)
     if ck.hf_snapshot or in_hf_cache(ck.root):
@@ -138,7 +159,7 @@ def _changed_meanwhile(root: str, before: Any) -> list[str]:
 
 
 def _make_manifest_locked(ck: Any, path: str, force: bool, progress: Progress | None,
-                          details: dict[str, Any], before: Any = None) -> Report:
+                          details: ManifestDetails, before: Any = None) -> Report:
     layout = str(ck.layout)
     errors = [f for f in ck.findings if f.severity == "error"]
     if errors and not force:
@@ -180,8 +201,7 @@ def _make_manifest_locked(ck: Any, path: str, force: bool, progress: Progress | 
         raise CouldNotRun(f"cannot write the manifest in {ck.root}: {exc.strerror or exc}", code="unwritable",
                           fix="make the checkpoint directory writable, or run as its owner") from None
     crashpoint("cleanup")
-    details.update({"written": target, "files": len(digests), "bytes": sum(files.values())})
-    return make_report("manifest", path, layout, [], details)
+    return make_report("manifest", path, layout, [], ManifestDetails(target, ALGORITHM, len(digests), sum(files.values())))
 
 
 def rewrite_manifest(source: Any, new_root: str, changed: set[str], always: bool = False) -> str | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from clef_format.errors import PathNotFound, Refused
+from clef_format.migrate.details import MigrateDraft
 from clef_format.migrate.recovery import pending_recovery, recover
 from clef_format.migrate.workspace import (
     Lock,
@@ -120,28 +121,28 @@ def report_interrupted(target: Target, journal: Journal | None, display: str, *,
                        dry_run: bool) -> Report:
     """``migrate T --current`` / ``--abort [--dry-run]`` for an absent ``T``: say what waits beside it, or
     roll it back (the source of an --output run is never touched: it was only read)."""
-    report = ReportDraft(display, None)
-    report.extra.update({"from": journal.from_layout if journal else None, "to": journal.to_layout if journal else None,
-                         "dry_run": dry_run, "steps": [], "output": None, "recovered": []})
+    details = MigrateDraft(journal.from_layout if journal else None, journal.to_layout if journal else None, dry_run,
+                           None)
+    report = ReportDraft(display, None, details)
     if current:
         from clef_format.migrate.workspace import lock_holder
 
-        report.extra["revision"] = None
-        report.extra["pending"] = journal.pending() if journal else None
+        details.revision = None
+        details.pending = journal.pending() if journal else None
         holder = lock_holder(target)
         if holder is not None:
-            report.extra["message"] = running_message(target, journal, display, holder)
+            details.message = running_message(target, journal, display, holder)
         elif os.path.lexists(target.ws):
-            report.extra["message"] = (f"{display} does not exist: an interrupted migrate into it waits beside it "
-                                       f"({what(target, journal)}); {resume_fix(target, journal, display)}")
+            details.message = (f"{display} does not exist: an interrupted migrate into it waits beside it "
+                               f"({what(target, journal)}); {resume_fix(target, journal, display)}")
         else:
-            report.extra["message"] = (f"{display} does not exist; only the lock of a killed migrate into it is left "
-                                       f"({target.lock_path}): clef-format migrate {display} --abort removes it")
+            details.message = (f"{display} does not exist; only the lock of a killed migrate into it is left "
+                               f"({target.lock_path}): clef-format migrate {display} --abort removes it")
         return report.freeze("migrate")
     if dry_run:
         will = pending_recovery(target, None, abort=True)
-        report.extra["recovery"] = will
-        report.extra["message"] = f"--abort would do this: {will}" if will else "no interrupted migration to roll back"
+        details.recovery = will
+        details.message = f"--abort would do this: {will}" if will else "no interrupted migration to roll back"
         return report.freeze("migrate")
     stale_lock = not os.path.lexists(target.ws)
     try:
@@ -156,9 +157,9 @@ def report_interrupted(target: Target, journal: Journal | None, display: str, *,
                                                        "--abort (after freeing the cause above)"))
         return report.freeze("migrate")
     if note:
-        report.extra["recovered"].append(note)
+        details.recovered.append(note)
         report.findings.append(info("migrate-recovered", note))
-    report.extra["message"] = note or ("no interrupted migration to roll back" +
+    details.message = note or ("no interrupted migration to roll back" +
                                        ("; removed the lock a killed run had left" if stale_lock else ""))
     if os.path.isdir(target.path):
         report.layout = str(read_checkpoint(target.path).layout)

@@ -19,6 +19,7 @@ from typing import Any
 from clef_format.errors import CouldNotRun, MigrateRefused, NonFiniteRows, PathNotFound, Refused, UsageError
 from clef_format.migrate.apply import SourceChanged, run_plan
 from clef_format.migrate.crash import check_crash_env
+from clef_format.migrate.details import MigrateDraft, StepResult
 from clef_format.migrate.fsutil import TreeTooDeep
 from clef_format.migrate.preflight import carried_by_link, check_space, preflight, survey
 from clef_format.migrate.recovery import ANY_STEP, Action, carry_out
@@ -140,13 +141,12 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
     if ck.unreadable:
         first = next(f for f in ck.findings if f.code == "unreadable")
         raise CouldNotRun(f"{display}: {first.message}; nothing was written", fix=first.fix)
-    report = ReportDraft(display, str(ck.layout))
-    report.extra.update({"from": str(ck.layout), "to": opts.to, "dry_run": opts.dry_run, "steps": [],
-                         "output": opts.output, "recovered": []})
+    details = MigrateDraft(str(ck.layout), opts.to, opts.dry_run, opts.output)
+    report = ReportDraft(display, str(ck.layout), details)
     if opts.current:
         journal = read_journal(target)
-        report.extra["revision"] = migrations.revision_of(str(ck.layout))
-        report.extra["pending"] = journal.pending() if journal else None
+        details.revision = migrations.revision_of(str(ck.layout))
+        details.pending = journal.pending() if journal else None
         from clef_format.migrate import pending
 
         from clef_format.verify.checks.layout import check_layout
@@ -156,24 +156,24 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
 
         holder = lock_holder(target)
         if holder is not None:  # not interrupted: running now (it holds its lock), so nothing to resume or abort
-            report.extra["message"] = pending.running_message(target, journal, display, holder)
+            details.message = pending.running_message(target, journal, display, holder)
         elif journal and journal.in_place is False:  # PATH is the output of an interrupted --output run
-            report.extra["message"] = (f"an interrupted migrate into {display} waits ({pending.what(target, journal)}): "
-                                       f"{pending.resume_fix(target, journal, display)}")
+            details.message = (f"an interrupted migrate into {display} waits ({pending.what(target, journal)}): "
+                               f"{pending.resume_fix(target, journal, display)}")
         elif journal:
             from clef_format.migrate.recovery import pending_recovery
 
             will = pending_recovery(target, ck, journal=journal) or "resumes its staging"
             back = pending_recovery(target, ck, abort=True, journal=journal)
-            report.extra["message"] = (f"an interrupted migrate waits ({pending.what(target, journal)}): clef-format "
-                                       f"migrate {display} --to {journal.to_layout}: {will}; clef-format migrate "
-                                       f"{display} --abort: {back}")
+            details.message = (f"an interrupted migrate waits ({pending.what(target, journal)}): clef-format "
+                               f"migrate {display} --to {journal.to_layout}: {will}; clef-format migrate "
+                               f"{display} --abort: {back}")
         if holder is None and journal is None and (os.path.lexists(target.ws) or os.path.lexists(target.lock_path)):
-            report.extra["message"] = pending.litter_message(target, display)
+            details.message = pending.litter_message(target, display)
         outputs = pending.outputs_beside(target.source) if target.in_place else []
         if outputs:  # an --output run from this checkpoint, interrupted, with its workspace in the same folder
-            report.extra["pending_outputs"] = [t.path for t, _ in outputs]
-            report.extra["message"] = "; ".join(
+            details.pending_outputs = [t.path for t, _ in outputs]
+            details.message = "; ".join(
                 f"an interrupted migrate from here into --output {t.path} waits ({pending.what(t, j)}): "
                 f"{pending.resume_fix(t, j, t.path)}" for t, j in outputs)
         return report.freeze("migrate")
@@ -203,10 +203,10 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
                 return report.freeze("migrate")
             note = decided.note if decided else None
             if note:
-                report.extra["recovered"].append(note)
+                details.recovered.append(note)
                 report.findings.append(info("migrate-recovered", note))
             if opts.abort:
-                report.extra["message"] = note or "no interrupted migration to roll back"
+                details.message = note or "no interrupted migration to roll back"
                 # an --output the run had created is gone again: nothing is there to have a layout
                 report.layout = str(read_checkpoint(root).layout) if os.path.isdir(root) else None
                 return report.freeze("migrate")
@@ -228,9 +228,9 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
                 ck = read_checkpoint(target.source)  # read after its state was taken: a change since is seen
                 given = Given(journal=given.journal)  # surveyed and preflighted again, as a new source
             _run_steps(ck, target, opts, report, display, progress, before, given)
-            if finished_output and not report.extra["steps"] and note:
-                report.extra["message"] = (f"{note}: --output {target.path} holds the {report.layout} result; "
-                                           f"{display} was only read")
+            if finished_output and not details.steps and note:
+                details.message = (f"{note}: --output {target.path} holds the {report.layout} result; "
+                                   f"{display} was only read")
         _say_cwd(cwd, target, report)
     except Refused as exc:  # a step's refusal may name no fix: the checkpoint itself is then what is wrong
         report.findings.append(error(exc.code, exc.message, fix=exc.fix or f"clef-format verify {display} names what "
@@ -252,6 +252,12 @@ class Given:
     entries: list[str] | None = None
     journal: Journal | None = None
     preflighted: bool = False  # the target's preflight (all but the space, which needs the plan) is done
+
+
+def _details(report: ReportDraft) -> MigrateDraft:
+    """migrate's own keys under construction (what ``migrate`` gave its draft)."""
+    assert isinstance(report.details, MigrateDraft)
+    return report.details
 
 
 def _nothing_to_do(ck: Checkpoint, target: Target, opts: Options) -> bool:
@@ -297,16 +303,17 @@ def _nothing_message(target: Target, opts: Options, display: str) -> str:
 
 def _already_there(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft, display: str) -> ReportDraft:
     """Nothing to do: the report is the source's verify report, and the result is the source."""
+    details = _details(report)
     from clef_format.verify.run import verify_checkpoint
 
-    report.extra["message"] = _nothing_message(target, opts, display)
+    details.message = _nothing_message(target, opts, display)
     final = verify_checkpoint(ck, display)
     report.layout = final.layout
     report.findings.extend(final.findings)
     if opts.dry_run:
-        report.extra["recovery"] = None
+        details.recovery = None
     else:
-        report.extra["result"] = target.source
+        details.result = target.source
     return report
 
 
@@ -320,7 +327,8 @@ def _cwd() -> str | None:
 def _say_cwd(cwd: str | None, target: Target, report: ReportDraft) -> None:
     """``migrate .`` from inside the checkpoint: the shell still sits in the old, deleted tree. Say so,
     and move this process into the new one."""
-    if cwd is None or not report.extra["steps"] or not inside(cwd, target.path):
+    details = _details(report)
+    if cwd is None or not details.steps or not inside(cwd, target.path):
         return
     try:
         os.chdir(cwd)
@@ -385,44 +393,46 @@ def _refuse_unproven_replacements(ck: Checkpoint, plan: Plan, display: str, edge
 
 
 def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft) -> ReportDraft:
+    details = _details(report)
     from clef_format.migrate.recovery import pending_recovery
 
     assert report.path is not None  # migrate's report always names the PATH it was given
     journal = read_journal(target)
     _refuse_another_source(target, report.path, journal)
     will = pending_recovery(target, ck, abort=opts.abort, wanted=_first_step(journal, opts.to), journal=journal)
-    report.extra["recovery"] = will
+    details.recovery = will
     if opts.abort:  # --abort only deals with an interrupted run: say what it would do, and nothing else
-        report.extra["message"] = f"--abort would do this: {will}" if will else "no interrupted migration to roll back"
+        details.message = f"--abort would do this: {will}" if will else "no interrupted migration to roll back"
         return report
     route = _route(ck, opts.to)
     if not route:
-        report.extra["message"] = _nothing_message(target, opts, report.path)
+        details.message = _nothing_message(target, opts, report.path)
     for i, edge in enumerate(route):
         if i == 0:
             plan = edge.plan(ck)
             _refuse_blocking(ck, plan, report.path, edge, dry_run=True, in_place=target.in_place)
             by_link = carried_by_link(target, ck.hf_snapshot)
-            report.extra["steps"].append({"plan": plan.to_dict(by_link)})
+            details.steps.append(StepResult(plan.to_dict(by_link)))
             for problem in preflight(target, plan, ck.hf_snapshot, check_lock=True):
                 report.findings.append(error(problem.code, problem.message, fix=problem.fix))
             try:
                 st = os.statvfs(target.parent)
-                report.extra["space_free"] = st.f_bavail * st.f_frsize
+                details.space_free = st.f_bavail * st.f_frsize
             except OSError:
-                report.extra["space_free"] = None
+                details.space_free = None
         else:
-            report.extra["steps"].append({"plan": {"revision": edge.revision, "direction": edge.direction,
-                                                   "from": edge.src, "to": edge.dst, "read": {}, "written": {},
-                                                   "removed": [], "carried": 0, "bytes_carried": 0,
-                                                   "notes": ["planned after the previous step has run"]}})
+            details.steps.append(StepResult({"revision": edge.revision, "direction": edge.direction,
+                                             "from": edge.src, "to": edge.dst, "read": {}, "written": {},
+                                             "removed": [], "carried": 0, "bytes_carried": 0,
+                                             "notes": ["planned after the previous step has run"]}))
     if journal:
-        report.extra["pending"] = journal.pending()
+        details.pending = journal.pending()
     return report
 
 
 def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft, display: str,
                progress: Progress | None, before: TreeState | None = None, given: Given | None = None) -> None:
+    details = _details(report)
     """Run the route step by step. The last step's verify of its staged tree is the final report (the
     swap is a rename: the same bytes); only when no step ran is the result (the source) verified here."""
     from clef_format.verify.run import verify_checkpoint
@@ -430,7 +440,7 @@ def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraf
     given = given or Given()
     route = _route(ck, opts.to)
     if not route:
-        report.extra["message"] = _nothing_message(target, opts, display)
+        details.message = _nothing_message(target, opts, display)
     first = True
     final: Report | None = None
     while route:
@@ -445,7 +455,7 @@ def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraf
             if problems:
                 raise problems[0]
         by_link = carried_by_link(target, ck.hf_snapshot)
-        step: dict[str, Any] = {"plan": plan.to_dict(by_link)}
+        planned = plan.to_dict(by_link)
         try:
             result = run_plan(plan, ck, target, progress, before=before, entries=given.entries,
                               journal=given.journal, display=display)
@@ -475,11 +485,7 @@ def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraf
                                          fix="free space, or use --output DIR on another disk" if exc.errno in (28, 27, 122)
                                          else None))
             return
-        step["quality"] = result.quality
-        step["carried_by"] = result.carried_by
-        step["seconds"] = result.seconds
-        step["entries"] = result.entries
-        report.extra["steps"].append(step)
+        details.steps.append(StepResult(planned, result.quality, result.carried_by, result.seconds, result.entries))
         target = Target(target.path, target.path, True)
         final = result.report
         given = Given()  # the next step's tree is this step's result: surveyed by that step, no journal left
@@ -493,9 +499,9 @@ def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraf
             before = None
         ck = read_checkpoint(target.path)
         route = _route(ck, opts.to)
-    done = target.path if report.extra["steps"] else target.source  # no step ran: the source is the result
-    if final is None or not report.extra["steps"]:
+    done = target.path if details.steps else target.source  # no step ran: the source is the result
+    if final is None or not details.steps:
         final = verify_checkpoint(read_checkpoint(done), display)
     report.layout = final.layout
     report.findings.extend(final.findings)
-    report.extra["result"] = done
+    details.result = done

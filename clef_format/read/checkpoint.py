@@ -66,7 +66,6 @@ class Checkpoint:
         self.backbone: dict[str, TensorInfo] = {}
         self.tensor_file: dict[str, str] = {}
         self.layout: Layout = Layout.UNKNOWN
-        self.vllm_version: str | None = None  # whose matching rules the pattern check follows (None: the default)
         self.findings: list[Finding] = []
 
     def path(self, rel: str) -> str:

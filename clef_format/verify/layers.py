@@ -11,10 +11,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 from clef_format.read.safetensors import numel
-from clef_format.report import Report
 from clef_format.spec import schemes
-from clef_format.spec.findings import error
-from clef_format.spec.model_spec import parse_config, plain_params
+from clef_format.spec.model_spec import ModelConfig, parse_config, plain_params
+from clef_format.verify.vllm_build import VllmBuild, build_vllm
 from clef_format.vllm_rules import matching
 from clef_format.vllm_rules import names as vllm_names
 
@@ -56,12 +55,21 @@ def _bytes(d: matching.Decision, entry: matching.Entry | None, out_features: int
 
 
 def layers_view(config: Mapping[str, Any], int8_tables: bool = True, version: str = vllm_names.DEFAULT_VLLM) -> LayersView:
-    """Rows per decoder layer plus the memory estimate. Raises ConfigError / QuantConfigError."""
+    """Rows per decoder layer plus the memory estimate of a config.json (a dict). Raises ConfigError /
+    QuantConfigError."""
     cfg = parse_config(dict(config))
-    model = vllm_names.build(cfg, version)
-    decisions = {d.layer: d for d in matching.resolve_vllm(config, version)}
-    targets = (matching.vllm_view(matching.parse_quant_config(cfg.quantization, version), model).targets
-               if cfg.quantization is not None else {})
+    built = build_vllm(cfg, version)
+    if built.refused is not None:
+        raise matching.QuantConfigError(built.refused)
+    return view_of(cfg, built, int8_tables)
+
+
+def view_of(cfg: ModelConfig, built: VllmBuild, int8_tables: bool = True) -> LayersView:
+    """The view of ``cfg`` from ``built``, its build on one vLLM version (not refused): the layers and the
+    scheme decided for each, as the pattern check saw them."""
+    model = built.model
+    decisions = {d.layer: d for d in built.decisions}
+    targets = built.vquant.targets if built.vquant is not None else {}
     per_layer: dict[int, dict[str, str]] = {}
     layer_bytes: dict[int, int] = {}
     other: dict[str, set[str]] = {}
@@ -87,32 +95,17 @@ def layers_view(config: Mapping[str, Any], int8_tables: bool = True, version: st
                       total + HEADROOM_BYTES <= CARD_BYTES)
 
 
-def layers_report(path: str, version: str = vllm_names.DEFAULT_VLLM) -> Report:
-    """``clef-format layers``: the view plus verify's findings (its verdict: the same checks, one rule).
+@dataclass(frozen=True)
+class LayersDetails:
+    """``clef-format layers``' own keys: the vLLM version whose rules the view follows, then the view's
+    keys; none when config.json gives no view."""
 
-    Reading problems of config.json (unreadable, not JSON, bad keys) are the report's findings and
-    there is no view; a view whose layers vLLM cannot build carries those errors as findings.
-    """
-    from clef_format.read.checkpoint import open_checkpoint
-    from clef_format.report import make_report
-    from clef_format.spec.layouts import CONFIG, TABLES
-    from clef_format.spec.model_spec import ConfigError
-    from clef_format.verify.run import verify_checkpoint
-    from clef_format.vllm_rules.matching import QuantConfigError
+    vllm_version: str
+    view: LayersView | None
 
-    ck = open_checkpoint(path)
-    ck.vllm_version = version
-    reading = [f for f in ck.findings if f.file in (CONFIG, None) or f.code == "unreadable"]
-    if ck.config is None or ck.model is None or ck.unreadable:
-        missing = [] if ck.has(CONFIG) or reading else [error("missing-file", f"{CONFIG} is missing", file=CONFIG,
-                                                             fix="restore config.json from the original download")]
-        return make_report("layers", path, str(ck.layout), reading + missing)
-    # the verdict is verify's: a view of a config vLLM refuses, or of a folder without its weights, is BROKEN
-    findings = list(verify_checkpoint(ck, path, bundled=True).findings)
-    try:
-        view = layers_view(ck.config, int8_tables=ck.has(TABLES), version=version)
-    except (ConfigError, QuantConfigError) as exc:
-        if not any(f.severity == "error" for f in findings):
-            findings.append(error("quant-config-invalid", str(exc), file=CONFIG))
-        return make_report("layers", path, str(ck.layout), findings)
-    return make_report("layers", path, str(ck.layout), findings, {"vllm_version": version, **view.to_dict()})
+    @property
+    def capped_after(self) -> str | None:
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"vllm_version": self.vllm_version, **self.view.to_dict()} if self.view is not None else {}

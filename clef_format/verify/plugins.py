@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from clef_format.read.checkpoint import Checkpoint
     from clef_format.read.installed_plugin import InstalledPlugin
 
+from clef_format.records import Record
 from clef_format.spec.layouts import PLUGIN_DIR
 from clef_format.spec.findings import Finding, error, warning
 
@@ -68,7 +69,25 @@ def plugin_dir_of(ck: Checkpoint, path: str) -> str:
     return os.path.join(ck.root if ck.hf_snapshot else path, PLUGIN_DIR)
 
 
-def bundled_findings(ck: Checkpoint, path: str) -> tuple[list[Finding], list[dict[str, Any]]]:
+class PluginRow(Record):
+    """One plugin checked against the weights: where its version came from (``source``: bundled, argument,
+    installed, python; ``where``), the version (``None``: not read, or nothing installed), whether it can
+    serve them (``None``: not checked) and why not (``note``)."""
+
+    source: str
+    where: str
+    version: str | None
+    can_serve: bool | None = None
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"source": self.source, "where": self.where, "version": self.version, "can_serve": self.can_serve}
+        if self.note is not None:
+            out["note"] = self.note
+        return out
+
+
+def bundled_findings(ck: Checkpoint, path: str) -> tuple[list[Finding], list[PluginRow]]:
     """The plugin shipped in ``vllm_plugin/`` against the weights beside it."""
     if not os.path.lexists(ck.path(PLUGIN_DIR)):
         return [], []  # nothing shipped (the common case: the reader and its ast import are not loaded)
@@ -77,16 +96,16 @@ def bundled_findings(ck: Checkpoint, path: str) -> tuple[list[Finding], list[dic
     plugin = read_bundled_plugin(ck)
     if plugin is None:
         return [], []
-    row: dict[str, Any] = {"source": "bundled", "where": plugin.where, "version": plugin.version, "can_serve": None}
+    row = PluginRow("bundled", plugin.where, plugin.version)
     if plugin.version is None or not _valid(plugin.version):
         note = plugin.note or f"{plugin.where} gives {plugin.version!r}, which is not a PEP 440 version"
-        row["note"] = note
+        row = row._replace(note=note)
         return [warning("bundled-plugin-unread", f"the version of the plugin shipped in {PLUGIN_DIR}/ could not be "
                         f"read: {note}; whether it can serve these weights is not known", file=plugin.where.split(" ")[0],
                         fix=f"check the version pip reports after pip install {plugin_dir_of(ck, path)} "
                             f"(clef-format verify {path} then checks the installed one)")], [row]
     problem = _pair(ck, plugin.version, path)
-    row["can_serve"] = problem is None
+    row = row._replace(can_serve=problem is None)
     if problem is None or problem[0] != "plugin-incompatible":
         return [], [row]
     _, reason, fix = problem
@@ -100,10 +119,10 @@ def bundled_findings(ck: Checkpoint, path: str) -> tuple[list[Finding], list[dic
                       f"(clef-format migrate): {fix}")], [row]
 
 
-def argument_findings(ck: Checkpoint, version: str, path: str) -> tuple[list[Finding], list[dict[str, Any]]]:
+def argument_findings(ck: Checkpoint, version: str, path: str) -> tuple[list[Finding], list[PluginRow]]:
     """``--plugin-version V``: the plugin the user named."""
     problem = _pair(ck, version, path)
-    row = {"source": "argument", "where": "--plugin-version", "version": version, "can_serve": problem is None}
+    row = PluginRow("argument", "--plugin-version", version, problem is None)
     if problem is None:
         return [], [row]
     code, reason, fix = problem
@@ -115,21 +134,21 @@ def argument_findings(ck: Checkpoint, version: str, path: str) -> tuple[list[Fin
 
 
 def installed_findings(ck: Checkpoint, found: InstalledPlugin, path: str,
-                       bundled_serves: bool | None = None) -> tuple[list[Finding], list[dict[str, Any]]]:
+                       bundled_serves: bool | None = None) -> tuple[list[Finding], list[PluginRow]]:
     """The clef-vllm of an environment (the running one, or ``--python PATH``); ``bundled_serves``: whether
     the plugin the folder ships can serve the weights (its install command is then the first fix)."""
-    row: dict[str, Any] = {"source": found.source, "where": found.where, "version": found.version, "can_serve": None}
+    row = PluginRow(found.source, found.where, found.version)
     if found.version is None and found.location is None:
         return [], [row]  # not installed there
     if found.version is None or not _valid(found.version):
-        row["note"] = f"its metadata gives {found.version!r}, which is not a PEP 440 version"
+        row = row._replace(note=f"its metadata gives {found.version!r}, which is not a PEP 440 version")
         here = "in this Python" if found.source == "installed" else "in the environment of --python"
         return [warning("installed-plugin-unread", f"the version of the clef-vllm installed {here} ({found.where}) "
-                        f"cannot be read: {row['note']}; whether it can serve these weights is not known",
+                        f"cannot be read: {row.note}; whether it can serve these weights is not known",
                         fix="reinstall the plugin (pip install --force-reinstall clef-vllm, or pip install "
                             f"{plugin_dir_of(ck, path)} when the folder ships it), then run verify again")], [row]
     problem = _pair(ck, found.version, path)
-    row["can_serve"] = problem is None
+    row = row._replace(can_serve=problem is None)
     if problem is None or problem[0] != "plugin-incompatible":
         return [], [row]
     _, reason, fix = problem

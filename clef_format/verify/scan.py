@@ -52,6 +52,48 @@ class Row(Record):
                 "size_on_disk": self.size, "fix": self.fix}
 
 
+class Totals(Record):
+    """The copies counted by verdict and by what fixes them; ``bytes`` on disk, a shared blob once."""
+
+    copies: int
+    broken: int
+    unreadable: int
+    warnings: int
+    ok: int
+    to_migrate: int
+    to_redownload: int
+    bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return self._asdict()
+
+    @classmethod
+    def of(cls, rows: list[Row]) -> Totals:
+        return cls(len(rows), sum(r.verdict == "BROKEN" for r in rows), sum(r.verdict == "unreadable" for r in rows),
+                   sum(r.verdict == "warnings" for r in rows), sum(r.verdict == "OK" for r in rows),
+                   sum(r.to_migrate for r in rows), sum(r.to_redownload for r in rows), unique_bytes(rows))
+
+
+class ScanDetails(Record):
+    """scan's own keys: the roots searched, one row per copy (worst first), the totals, and with
+    ``--fixable --json`` the command (or advice) per BROKEN copy."""
+
+    roots: list[str]
+    rows: tuple[Row, ...]
+    totals: Totals
+    commands: list[dict[str, str]] | None = None
+
+    @property
+    def capped_after(self) -> str | None:
+        return "totals"
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"roots": list(self.roots), "rows": [r.to_dict() for r in self.rows], "totals": self.totals.to_dict()}
+        if self.commands is not None:
+            out["commands"] = list(self.commands)
+        return out
+
+
 def unique_bytes(rows: list[Row]) -> int:
     """Bytes on disk of all the copies together: a blob shared by revisions counted once."""
     seen: dict[tuple[int, int], int] = {}
@@ -91,6 +133,7 @@ def judge(copy: Copy, deep: bool = False, installed: InstalledPlugin | None = No
     from clef_format.errors import CouldNotRun
     from clef_format.read.checkpoint import read_checkpoint
     from clef_format.spec.compat import servable_by
+    from clef_format.verify.options import VerifyOptions
     from clef_format.verify.run import verify_checkpoint
 
     serves = "none"
@@ -99,7 +142,7 @@ def judge(copy: Copy, deep: bool = False, installed: InstalledPlugin | None = No
     else:
         try:
             ck = read_checkpoint(copy.path)
-            report = verify_checkpoint(ck, copy.display, deep=deep, bundled=True, installed=installed)
+            report = verify_checkpoint(ck, copy.display, VerifyOptions(deep=deep), bundled=True, installed=installed)
             serves = servable_by(ck.layout, ck.head_config)
         except CouldNotRun as exc:
             report = make_report("verify", copy.display, None, [error(exc.code, str(exc), fix=exc.fix)])
@@ -107,18 +150,6 @@ def judge(copy: Copy, deep: bool = False, installed: InstalledPlugin | None = No
             report = _unreadable_report(copy._replace(unreadable=exc.strerror or str(exc)))
     files = files_on_disk(copy.path) if copy.unreadable is None else {}
     return Row(copy, report, verdict_of(report), serves, files, first_fix(report))
-
-
-def _judged(copy: Copy, deep: bool, installed: InstalledPlugin | None) -> Row:
-    """``judge`` in a worker process: the row as plain picklable parts (a report's details are read-only)."""
-    row = judge(copy, deep, installed)
-    r = row.report
-    # the report as a plain tuple, for pickling; _rebuilt makes it a Report again
-    return row._replace(report=(r.command, r.path, r.layout, r.findings, dict(r.details)))  # type: ignore[arg-type]
-
-
-def _rebuilt(parts: Row) -> Row:
-    return parts._replace(report=make_report(*parts.report))
 
 
 def scan(walk: Walk, deep: bool = False, progress: Progress | None = None, workers: int | None = None,
@@ -150,8 +181,8 @@ def scan(walk: Walk, deep: bool = False, progress: Progress | None = None, worke
 
         pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
         try:
-            for future in as_completed([pool.submit(_judged, copy, deep, installed) for copy in walk.copies]):
-                rows.append(_rebuilt(future.result()))
+            for future in as_completed([pool.submit(judge, copy, deep, installed) for copy in walk.copies]):
+                rows.append(future.result())  # records all the way down: the row comes back as it was made
                 advance(1)
         except BaseException:  # Ctrl-C: the workers stop now, not after the copies they are hashing
             for child in multiprocessing.active_children():

@@ -111,11 +111,11 @@ def check_checkpoint(source: CheckpointSource, plugin_version: str, vllm_version
         raise IncompatibleError("unreadable", first.message, first.fix or "make the checkpoint readable",
                                 [f for f in ck.findings if f.code == "unreadable"])
     path = str(ck.root)
-    ck.vllm_version = vllm_version or running_vllm()
+    rules = vllm_version or running_vllm()  # whose matching rules verify's pattern check follows
     content = content_check(ck, hashing, check_references)  # hashing starts now, on every core
     refused: IncompatibleError | None = None
     try:
-        errors = _check_errors(ck, plugin_version, content)
+        errors = _check_errors(ck, plugin_version, content, rules)
     except IncompatibleError as exc:  # the pair
         refused, errors = exc, list(exc.findings) or [error(exc.code, exc.reason, fix=exc.fix)]
     finally:
@@ -144,10 +144,13 @@ def _streamed_errors(ck: "Checkpoint") -> list:
     return errors
 
 
-def _check_errors(ck: "Checkpoint", plugin_version: str, content: "ContentCheck | None") -> list:
-    """The pair (raised: the clearest reason), then every error of verify's checks, then the streamed
-    checks; while ``content`` hashes. Waits for nothing of the hashing but the queued streamed checks."""
+def _check_errors(ck: "Checkpoint", plugin_version: str, content: "ContentCheck | None",
+                  vllm_version: str | None = None) -> list:
+    """The pair (raised: the clearest reason), then every error of verify's checks (on the rules of
+    ``vllm_version``), then the streamed checks; while ``content`` hashes. Waits for nothing of the hashing
+    but the queued streamed checks."""
     from clef_format.spec.marker import MarkerError, read_marker
+    from clef_format.verify.options import VerifyOptions
     from clef_format.verify.run import verify_checkpoint
     from clef_format.vllm.content import checkpoint_key, proven, remember
 
@@ -161,13 +164,14 @@ def _check_errors(ck: "Checkpoint", plugin_version: str, content: "ContentCheck 
         if ck.layout is Layout.LAYOUT_2 and not ck.has(TABLES) and TABLES not in ck.bad_headers:
             raise IncompatibleError("tables-missing", f"the marker says layout-2 but {TABLES} is missing",
                                     f"download {TABLES} from the same revision of the checkpoint")
-    errors = [f for f in verify_checkpoint(ck, path).findings if f.severity == "error"]
-    key = checkpoint_key(ck, f"streamed {ck.vllm_version}")
+    options = VerifyOptions(vllm_version=vllm_version)
+    errors = [f for f in verify_checkpoint(ck, path, options).findings if f.severity == "error"]
+    key = checkpoint_key(ck, f"streamed {vllm_version}")
     if not errors and not proven(key):  # the streamed checks, queued behind the files being hashed
         streamed = content.after(lambda: _streamed_errors(ck)) if content else None
         errors = streamed.result() if streamed else _streamed_errors(ck)
         if not errors:  # the plugin's later calls in this process skip them while no file changes
-            remember(key, ck, f"streamed {ck.vllm_version}")
+            remember(key, ck, f"streamed {vllm_version}")
     return errors
 
 

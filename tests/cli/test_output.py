@@ -58,7 +58,7 @@ def test_could_not_run_json_carries_exactly_the_report_keys_and_error(tmp_path: 
 
 def test_could_not_run_report_keeps_the_cause_in_its_details() -> None:
     report = could_not_run_report("verify", "ck", CouldNotRun("the disk went away", code="unwritable", fix="retry"))
-    assert dict(report.details) == {"error": "the disk went away"}
+    assert report.details.to_dict() == {"error": "the disk went away"}
     assert report.to_dict()["error"] == "the disk went away"
     (finding,) = report.findings
     assert (finding.code, finding.message, finding.fix) == ("unwritable", "the disk went away", "retry")

@@ -174,15 +174,26 @@ def test_the_gate_refuses_exactly_what_verify_rejects(case: hostile_cases.Case, 
 
 
 def test_the_gate_uses_the_running_vllms_rules(fresh) -> None:
-    """The pattern rules follow the vLLM the plugin runs in (here: none installed -> the default)."""
+    """The pattern rules follow the vLLM the plugin runs in (here: none installed -> the default), or the one
+    named: an ignore regex meant for one shard of a fused layer makes vLLM 0.28 refuse to build it, while
+    0.33 builds the whole layer unquantized."""
     from clef_format.vllm.gate import running_vllm
     from clef_format.vllm_rules.names import DEFAULT_VLLM
 
     v = running_vllm()
     assert v is None or v.count(".") == 1
-    root = fresh("layout-2", "hybrid")
-    ck = check_checkpoint(root, "0.2.1")
-    assert ck.vllm_version in (v, None) or ck.vllm_version == DEFAULT_VLLM
+    root = fresh("layout-2", "nvfp4")
+    config = json.loads((root / L.CONFIG).read_text())
+    config["quantization_config"]["ignore"].append(r"re:.*in_proj_qkv")
+    (root / L.CONFIG).write_text(json.dumps(config))
+    refused = {}
+    for version in ("0.28", "0.33", None):
+        with pytest.raises(IncompatibleError) as exc:
+            check_checkpoint(root, "0.2.1", version)
+        refused[version] = {f.code for f in exc.value.findings}
+    assert "fused-scheme-mismatch" in refused["0.28"] and "layer-unquantized" not in refused["0.28"]
+    assert "layer-unquantized" in refused["0.33"]
+    assert refused[None] == refused[v or DEFAULT_VLLM]  # the running vLLM's rules (none installed: the default's)
 
 
 @pytest.mark.parametrize("vllm_version", ["garbage", "0.1", "", "0", 7, ["0.28"]])

@@ -188,7 +188,7 @@ MUTANTS = [
            ("tests/hooks/test_hooks.py",)),
     # --- the serving gate runs verify's checks, all of them
     Mutant("gate-checks-reading-only", "clef_format/vllm/gate.py",
-           'errors = [f for f in verify_checkpoint(ck, path).findings if f.severity == "error"]',
+           'errors = [f for f in verify_checkpoint(ck, path, options).findings if f.severity == "error"]',
            'errors = [f for f in ck.findings if f.severity == "error"]',
            ("tests/hooks/test_gate.py::test_the_gate_refuses_exactly_what_verify_rejects",)),
     # --- what a plain vLLM load would read, and config files read two ways
@@ -346,8 +346,9 @@ MUTANTS = [
     Mutant("fix-lines-for-errors-only", "clef_format/cli/render.py",
            "        if f.fix:\n", "        if f.fix and f.severity == \"error\":\n",
            ("tests/cli/test_what_users_see.py::test_a_layout_1_download_keeps_its_migrate_line",)),
-    Mutant("layers-view-dropped-on-errors", "clef_format/cli/commands/verify_cmd.py",
-           "if args.layers and not report.could_not_run else None", "if args.layers and report.ok else None",
+    Mutant("layers-view-dropped-on-errors", "clef_format/verify/run.py",
+           "if options.layers and not any(f.code in COULD_NOT_RUN for f in findings):",
+           "if options.layers and not any(f.severity == 'error' for f in findings):",
            ("tests/cli/test_what_users_see.py::test_the_broken_states_include_errors_with_a_layers_view",)),
     Mutant("ctrl-c-advice-names-equals-dir", "clef_format/cli/commands/migrate_cmd.py",
            '        elif a.startswith(flag + "="):\n            value = a[len(flag) + 1:]',

@@ -156,9 +156,9 @@ def test_capping_keeps_order_and_is_stable() -> None:
     assert [f.message for f in kept[:n]] == [f"t{i}" for i in range(n)]
     assert [f.message for f in kept if f.code == "index-mismatch"] == [f"w{i}" for i in range(n + 1)]  # one over: whole
     assert capped == {"tensor-unexpected/error": 5} and kept[-1].severity == "error"
-    report = make_report("verify", "x", None, kept, {"capped": capped})
-    again = make_report("verify", "x", None, report.findings, report.details)
-    assert again.findings == report.findings and dict(again.details) == {"capped": capped}
+    report = make_report("verify", "x", None, kept, capped=capped)
+    again = make_report("verify", "x", None, report.findings, report.details, report.capped)
+    assert again.findings == report.findings and again.capped == capped and again.to_dict()["capped"] == capped
 
 
 def test_a_deep_tree_in_the_local_dir_download_cache_is_no_traceback(fresh) -> None:

@@ -140,7 +140,7 @@ CONFIG_CASES = [c for c in CASES if c[2] == L.CONFIG]
 @pytest.mark.parametrize("name, build, rel, edit, code, key, edit_fix", CONFIG_CASES, ids=[c[0] for c in CONFIG_CASES])
 def test_layers_reports_the_config_errors_verify_reports(fresh, name, build, rel, edit, code, key, edit_fix):
     """``layers`` showed a table of schemes for a config.json vLLM or transformers refuses, with OK."""
-    from clef_format.verify.layers import layers_report
+    from clef_format.verify.layers_report import layers_report
 
     root = broken(fresh, build, rel, edit)
     config_codes = ("config-invalid", "quant-config-invalid")
@@ -155,7 +155,7 @@ def test_layers_reports_the_config_errors_verify_reports(fresh, name, build, rel
 @pytest.mark.parametrize("left", ["config-only", "backbone-deleted", "backbone-truncated"])
 def test_layers_of_a_folder_without_its_weights_is_broken(fresh, left: str) -> None:
     """``layers`` said OK and "fits a 16 GB card" for a folder holding only config.json."""
-    from clef_format.verify.layers import layers_report
+    from clef_format.verify.layers_report import layers_report
 
     root = fresh("layout-2", "hybrid", num_layers=4)
     if left == "config-only":
@@ -174,10 +174,10 @@ def test_layers_of_a_folder_without_its_weights_is_broken(fresh, left: str) -> N
 
 
 def test_layers_of_a_valid_checkpoint_is_ok_with_verify_warnings(fresh) -> None:
-    from clef_format.verify.layers import layers_report
+    from clef_format.verify.layers_report import layers_report
 
     layers = layers_report(str(fresh("layout-1", "hybrid", num_layers=4)))
-    assert layers.ok and [f.code for f in layers.findings] == ["legacy-layout"] and layers.details["rows"]
+    assert layers.ok and [f.code for f in layers.findings] == ["legacy-layout"] and layers.details.view.rows
 
 
 @pytest.mark.parametrize("build", ["nvfp4", "fp8", "hybrid", "mixed", "bf16"])

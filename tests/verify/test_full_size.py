@@ -17,7 +17,7 @@ def test_full_size_hybrid_layout_2(tmp_path):
     with safe_open(str(root / "model.safetensors"), framework="np") as f:
         assert list(f.get_slice("model.language_model.layers.31.mlp.down_proj.weight_packed").get_shape()) == [4096, 6144]
         assert list(f.get_slice("model.language_model.layers.0.mlp.down_proj.weight").get_shape()) == [4096, 12288]
-    assert report.details["files"]["model.safetensors"] > 6e9  # sparse on disk, full size in the header
+    assert report.details.files["model.safetensors"] > 6e9  # sparse on disk, full size in the header
 
 
 def test_full_size_layout_1_is_legacy(tmp_path):

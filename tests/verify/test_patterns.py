@@ -16,6 +16,7 @@ from clef_format.fixtures.quant import PROJ, build_quant_config
 from clef_format.read.checkpoint import read_checkpoint
 from clef_format.spec.findings import Finding
 from clef_format.verify.checks.patterns import check_patterns, pattern_findings
+from clef_format.verify.options import VerifyOptions
 from clef_format.vllm_rules.names import VERSION_TABLE
 from tests.support.pattern_cases import quant_dict
 
@@ -152,8 +153,7 @@ def test_fused_ignore_meaning_differs_by_vllm_version(fresh: Callable[..., Path]
     assert {x.code for x in there} == {"layer-unquantized", "fused-scheme-mismatch"}
     assert {x.severity for x in there} == {"warning"}  # errors on another version warn about this one
     assert all("silently" not in x.message and "in_proj_qkvz" in x.message for x in there)
-    ck.vllm_version = "0.33"
-    new = check_patterns(ck)
+    new = check_patterns(ck, VerifyOptions(vllm_version="0.33"))
     (e,) = by_code(new, "layer-unquantized")
     assert e.severity == "error" and "stored nvfp4-w4a4 but vLLM builds it unquantized (ignored)" in e.message
     assert "not on vLLM 0.28" in e.message
@@ -163,8 +163,7 @@ def test_fused_ignore_meaning_differs_by_vllm_version(fresh: Callable[..., Path]
 def test_same_meaning_on_every_version_adds_nothing(built: Callable[..., Path]) -> None:
     ck = read_checkpoint(built("layout-2", "hybrid"))
     for version in ("0.28", "0.33"):
-        ck.vllm_version = version
-        assert check_patterns(ck) == []
+        assert check_patterns(ck, VerifyOptions(vllm_version=version)) == []
 
 
 def test_config_refused_only_on_another_version_is_a_warning(fresh: Callable[..., Path]) -> None:
@@ -178,8 +177,7 @@ def test_config_refused_only_on_another_version_is_a_warning(fresh: Callable[...
     after = next(r.after for r in VERSION_TABLE if r.name == "actorder_group_refused")
     assert w.message.endswith(f"[from 0.30: {after}]")  # the row behind the difference, by its meaning
     ck = read_checkpoint(root)
-    ck.vllm_version = "0.33"
-    (e,) = [f for f in check_patterns(ck) if f.severity == "error"]
+    (e,) = [f for f in check_patterns(ck, VerifyOptions(vllm_version="0.33")) if f.severity == "error"]
     assert e.code == "quant-config-invalid" and "not on vLLM 0.28" in e.message
 
 

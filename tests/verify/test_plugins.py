@@ -76,7 +76,7 @@ def releases(tmp_path_factory):
 def test_bundled_plugin_against_its_weights(releases, layout, version, ok):
     report = verify(str(releases(layout, version)))
     mismatch = [f for f in report.findings if f.code == "bundled-plugin-mismatch"]
-    (row,) = report.details["plugins"]
+    (row,) = report.to_dict()["plugins"]
     assert row == {"source": "bundled", "where": "vllm_plugin/pyproject.toml ([project] version)",
                    "version": version, "can_serve": ok}
     if ok:
@@ -112,7 +112,7 @@ def test_release_files_are_quiet_but_a_pickle_is_not(releases, tmp_path):
     report = verify(str(root))
     assert report.findings == (), report.findings
     assert {"recipe.yaml", "scripts/sensitivity_scan.json", "scripts/shrink_tables.py", "chat_template.jinja",
-            "processor_config.json", "vllm_plugin/pyproject.toml"} <= set(report.details["files"])
+            "processor_config.json", "vllm_plugin/pyproject.toml"} <= set(report.details.files)
     (root / "vllm_plugin" / "clef_vllm" / "weights.pt").write_bytes(b"\x80\x04K\x01.")
     (root / "scripts" / "cache.pkl").write_bytes(b"\x80\x04K\x01.")
     unsafe = sorted(f.file for f in verify(str(root)).findings if f.code == "unsafe-file")
@@ -142,7 +142,7 @@ def test_the_serving_gate_and_migrate_do_not_judge_the_bundled_folder(releases):
     from clef_format.compat import IncompatibleError, check_checkpoint
 
     root = releases("layout-2", "0.1.4")
-    assert "plugins" not in verify_checkpoint(rc(root), str(root)).details  # what migrate runs
+    assert verify_checkpoint(rc(root), str(root)).details.plugins is None  # what migrate runs
     check_checkpoint(str(root), "0.2.1")  # the gate checks the plugin it runs in: 0.2.1 serves layout-2
     with pytest.raises(IncompatibleError) as exc:
         check_checkpoint(str(root), "0.1.4")
@@ -209,7 +209,7 @@ def test_a_version_set_at_build_time_is_a_warning_not_a_guess(releases):
     (f,) = report.findings
     assert (f.code, f.severity) == ("bundled-plugin-unread", "warning")
     assert "computes the version when it runs" in f.message
-    assert report.details["plugins"][0]["can_serve"] is None
+    assert report.to_dict()["plugins"][0]["can_serve"] is None
 
 
 _BUILD_ONLY = '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
@@ -288,7 +288,7 @@ def test_what_setuptools_resolves_is_what_is_read(releases, tmp_path, case, buil
     _packaging(root / "vllm_plugin", case)
     assert _built_version(root / "vllm_plugin", tmp_path / "wheels") == built
     report = verify(str(root))
-    (row,) = report.details["plugins"]
+    (row,) = report.to_dict()["plugins"]
     assert (row["version"], row["can_serve"]) == (built, False), row
     assert "bundled-plugin-mismatch" in {f.code for f in report.findings}
 
@@ -307,7 +307,7 @@ def test_a_version_only_the_run_decides_is_unread_not_guessed(releases, tmp_path
     got = _built_version(root / "vllm_plugin", tmp_path / "wheels")
     assert got == built and got != "0.2.0"
     report = verify(str(root))
-    (row,) = report.details["plugins"]
+    (row,) = report.to_dict()["plugins"]
     assert (row["version"], row["can_serve"]) == (None, None), row
     (f,) = [f for f in report.findings if f.code == "bundled-plugin-unread"]
     assert f.severity == "warning" and why in f.message, f.message
@@ -562,7 +562,7 @@ def test_a_vllm_plugin_that_is_a_file_is_unread_not_silent(releases, tmp_path):
     shutil.rmtree(root / "vllm_plugin")
     (root / "vllm_plugin").write_text("clef-vllm 0.2.1\n")
     report = verify(str(root))
-    (row,) = report.details["plugins"]
+    (row,) = report.to_dict()["plugins"]
     assert (row["source"], row["version"], row["can_serve"]) == ("bundled", None, None)
     (f,) = [f for f in report.findings if f.code == "bundled-plugin-unread"]
     assert f.severity == "warning" and "not a folder" in f.message

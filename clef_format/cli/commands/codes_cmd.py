@@ -15,6 +15,6 @@ def run(args: argparse.Namespace) -> int:
     from clef_format.spec.findings import CODES
 
     def human(r):
-        return "\n".join(f"{code:24} {meaning}" for code, meaning in r.details["codes"].items())
+        return "\n".join(f"{code:24} {meaning}" for code, meaning in r.details.values["codes"].items())
 
     return finish(make_report("codes", None, None, [], {"codes": CODES}), args.json, human)

@@ -10,7 +10,14 @@ import argparse
 import os
 
 from clef_format.errors import CouldNotRun, Refused, UsageError
+from clef_format.records import Record
 from clef_format.spec.layouts import Layout
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from clef_format.verify.run import VerifyDetails
 
 LAYOUT_CHOICES = tuple(str(layout) for layout in Layout if layout is not Layout.UNKNOWN)
 BUILD_CHOICES = ("nvfp4", "fp8", "hybrid", "mixed", "bf16")  # fixtures.quant.BUILDS (tests/cli checks they agree)
@@ -29,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     if os.path.exists(args.path) and (not os.path.isdir(args.path) or os.listdir(args.path)):
         raise UsageError(f"{args.path} exists and is not an empty directory", fix="pick a new directory")
     from clef_format.cli.output import finish
-    from clef_format.cli.render import render_report
+    from clef_format.cli.render import render_example
     from clef_format.fixtures.builders import build_checkpoint
     from clef_format.migrate.manifest_writer import writer_lock
     from clef_format.read.hf_cache import cache_area
@@ -40,13 +47,13 @@ def run(args: argparse.Namespace) -> int:
     if area:  # an invented snapshot or blob there would pass verify org/name@<rev> as a download
         refusal = error("example-refused", f"{args.path} lies inside a Hugging Face cache ({area}), which clef-format "
                                            "never writes", fix="pick a directory outside the cache")
-        return finish(make_report("example", args.path, None, [refusal], {"built": None}), args.json, render_report)
+        return finish(make_report("example", args.path, None, [refusal], ExampleDetails(None)), args.json, render_example)
     try:
         with writer_lock(args.path, "example-refused", "wait for it to finish, or pick another directory"):
             build_checkpoint(args.path, layout=args.layout, build=args.build, full_size=args.full_size)
     except Refused as exc:
         refusal = error("example-refused", exc.message, fix=exc.fix)
-        return finish(make_report("example", args.path, None, [refusal], {"built": None}), args.json, render_report)
+        return finish(make_report("example", args.path, None, [refusal], ExampleDetails(None)), args.json, render_example)
     except OSError as exc:
         raise CouldNotRun(f"cannot build in {args.path}: {exc.strerror or exc}", code="unwritable",
                           fix="pick a directory you can write") from None
@@ -55,10 +62,27 @@ def run(args: argparse.Namespace) -> int:
     write(f"built a {'full-size' if args.full_size else 'tiny'} {args.build} checkpoint in {args.layout} at "
           f"{args.path}\n", "stderr")
     if args.no_verify:
-        return finish(make_report("example", args.path, args.layout, [], {"built": args.path}), args.json,
+        return finish(make_report("example", args.path, args.layout, [], ExampleDetails(args.path)), args.json,
                       lambda r: f"built {args.path}")
-    from clef_format.verify.run import verify
+    from clef_format.verify.run import VerifyDetails, verify
 
-    report = verify(args.path)
-    report = make_report("example", report.path, report.layout, report.findings, {**report.details, "built": args.path})
-    return finish(report, args.json, render_report)
+    verified = verify(args.path)
+    assert isinstance(verified.details, VerifyDetails)
+    report = make_report("example", verified.path, verified.layout, verified.findings,
+                         ExampleDetails(args.path, verified.details), verified.capped)
+    return finish(report, args.json, render_example)
+
+
+class ExampleDetails(Record):
+    """example's own keys: where it built (``None``: refused), then, after verify's own keys when it verified."""
+
+    built: str | None
+    verified: VerifyDetails | None = None
+
+    @property
+    def capped_after(self) -> str | None:
+        return "hf_snapshot"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**(self.verified.to_dict() if self.verified is not None else {}), "built": self.built}
+

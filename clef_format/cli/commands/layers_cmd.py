@@ -15,15 +15,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from clef_format.cli.output import finish
-    from clef_format.cli.render import render_layers, render_report
-    from clef_format.verify.layers import layers_report
+    from clef_format.cli.render import render_layers_report
+    from clef_format.verify.layers_report import layers_report
 
-    report = layers_report(args.path, args.vllm_version)
-
-    def human(r):
-        text = render_report(r, title="layers") if r.findings or "rows" not in r.details else ""
-        if "rows" in r.details:
-            text = "\n\n".join(t for t in (text, f"vLLM {r.details['vllm_version']} rules") if t)
-        return "\n\n".join(t for t in (text, render_layers(dict(r.details)) if "rows" in r.details else "") if t)
-
-    return finish(report, args.json, human)
+    return finish(layers_report(args.path, args.vllm_version), args.json, render_layers_report)

@@ -19,16 +19,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from clef_format.cli.output import finish
     from clef_format.cli.progress import TerminalProgress
-    from clef_format.cli.render import render_report
+    from clef_format.cli.render import render_manifest
     from clef_format.migrate.manifest_writer import make_manifest
 
     with TerminalProgress() as progress:
         report = make_manifest(args.path, force=args.force, progress=progress)
-
-    def human(r):
-        d = r.details
-        if d.get("written"):
-            return f"wrote {d['written']}: {d['files']} file(s), {d['bytes'] / 1e9:.2f} GB, {d['algorithm']}"
-        return render_report(r, title="manifest")
-
-    return finish(report, args.json, human)
+    return finish(report, args.json, render_manifest)

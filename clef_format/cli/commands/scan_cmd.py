@@ -79,7 +79,9 @@ def run(args: argparse.Namespace) -> int:
     walk = _walk(args.roots)
     with TerminalProgress() as progress:
         rows = scan(walk, deep=args.deep, progress=progress, workers=args.jobs, installed=installed_here())
-    report = scan_report(args.roots, rows, walk.limits)
+    # --json --fixable: the commands as one more key
+    commands = fix_commands(rows, args.into or os.getcwd()) if args.fixable and args.json else None
+    report = scan_report(args.roots, rows, walk.limits, commands)
     if args.fixable and not args.json:
         from clef_format.cli.output import exit_status
 
@@ -91,25 +93,18 @@ def run(args: argparse.Namespace) -> int:
     def human(r: Report) -> str:
         from clef_format.cli.render import render_scan
 
-        return render_scan(r, rows)
+        return render_scan(r)
 
-    if args.fixable:  # --json --fixable: the commands as one more key
-        report = _with(report, {"commands": fix_commands(rows, args.into or os.getcwd())})
     return finish(report, args.json, human)
 
 
-def _with(report: Report, extra: dict) -> Report:
-    from clef_format.report import make_report
-
-    return make_report(report.command, report.path, report.layout, report.findings, {**report.details, **extra})
-
-
-def scan_report(roots: list[str], rows: list[Row], limits: tuple[str, ...]) -> Report:
-    """The contract's one object: a finding per copy that is not OK, the rows, the totals."""
+def scan_report(roots: list[str], rows: list[Row], limits: tuple[str, ...],
+                commands: list[dict[str, str]] | None = None) -> Report:
+    """The contract's one object: a finding per copy that is not OK, the rows, the totals (and ``commands``)."""
     from clef_format.read.hf_cache import hub_cache
     from clef_format.report import make_report
     from clef_format.spec.findings import error, warning
-    from clef_format.verify.scan import unique_bytes
+    from clef_format.verify.scan import ScanDetails, Totals
 
     findings = []
     for row in rows:
@@ -121,19 +116,9 @@ def scan_report(roots: list[str], rows: list[Row], limits: tuple[str, ...]) -> R
             findings.append(warning("copy-unreadable", f"{row.copy.display}: {row.report.findings[0].message}",
                                     file=row.copy.path, fix=row.fix))
     findings.extend(warning("scan-limit", text, fix="scan narrower roots") for text in limits)
-    totals = {
-        "copies": len(rows),
-        "broken": sum(r.verdict == "BROKEN" for r in rows),
-        "unreadable": sum(r.verdict == "unreadable" for r in rows),
-        "warnings": sum(r.verdict == "warnings" for r in rows),
-        "ok": sum(r.verdict == "OK" for r in rows),
-        "to_migrate": sum(r.to_migrate for r in rows),
-        "to_redownload": sum(r.to_redownload for r in rows),
-        "bytes": unique_bytes(rows),
-    }
     where = ", ".join(roots) if roots else hub_cache()
     return make_report("scan", where, None, findings,
-                       {"roots": list(roots) or [hub_cache()], "rows": [r.to_dict() for r in rows], "totals": totals})
+                       ScanDetails(list(roots) or [hub_cache()], tuple(rows), Totals.of(rows), commands))
 
 
 def fix_commands(rows: list[Row], into: str) -> list[dict[str, str]]:

@@ -55,6 +55,7 @@ def check_plugin_version(value: str | None) -> None:
 def run(args: argparse.Namespace) -> int:
     from clef_format.cli.output import finish
     from clef_format.read.checkpoint import open_checkpoint
+    from clef_format.verify.options import VerifyOptions
     from clef_format.verify.run import verify_checkpoint
 
     check_plugin_version(args.plugin_version)
@@ -65,9 +66,10 @@ def run(args: argparse.Namespace) -> int:
 
     installed = None if args.plugin_version is not None else (
         installed_in(args.python) if args.python is not None else installed_here())
+    options = VerifyOptions(vllm_version=args.vllm_version, plugin_version=args.plugin_version, deep=args.deep,
+                            layers=args.layers)
     try:
         ck = open_checkpoint(args.path)
-        ck.vllm_version = args.vllm_version  # read by the pattern check
     except CouldNotRun:
         raise
     except OSError as exc:
@@ -76,35 +78,13 @@ def run(args: argparse.Namespace) -> int:
         from clef_format.cli.progress import TerminalProgress
 
         with TerminalProgress() as progress:
-            report = verify_checkpoint(ck, args.path, plugin_version=args.plugin_version, deep=True, progress=progress,
-                                       bundled=True, installed=installed)
+            report = verify_checkpoint(ck, args.path, options, progress=progress, bundled=True, installed=installed)
     else:
-        report = verify_checkpoint(ck, args.path, plugin_version=args.plugin_version, bundled=True,
-                                   installed=installed)
-    from clef_format.report import make_report
-
-    view = _layers(ck, args.vllm_version) if args.layers and not report.could_not_run else None
-    extra = {"vllm_version": args.vllm_version, **({"layers": view.to_dict()} if view is not None else {})}
-    report = make_report(report.command, report.path, report.layout, report.findings, {**report.details, **extra})
+        report = verify_checkpoint(ck, args.path, options, bundled=True, installed=installed)
 
     def human(r):
-        from clef_format.cli.render import render_layers, render_report  # text only: --json never loads it
+        from clef_format.cli.render import render_verify  # text only: --json never loads it
 
-        return render_report(r) + ("\n\n" + render_layers(r.details["layers"]) if view is not None else "")
+        return render_verify(r)
 
     return finish(report, args.json, human)
-
-
-def _layers(ck, version):
-    """The per-layer view of ``clef-format layers``, when config.json can give one."""
-    from clef_format.spec.layouts import TABLES
-    from clef_format.spec.model_spec import ConfigError
-    from clef_format.verify.layers import layers_view
-    from clef_format.vllm_rules.matching import QuantConfigError
-
-    if ck.config is None:
-        return None
-    try:
-        return layers_view(ck.config, int8_tables=ck.has(TABLES), version=version)
-    except (ConfigError, QuantConfigError):
-        return None  # already reported by verify as bad-config / quant-config-invalid

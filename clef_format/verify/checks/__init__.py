@@ -1,4 +1,5 @@
-"""Checks: pure functions from a ``Checkpoint`` to findings. ``CHECKS`` is the order verify runs them."""
+"""Checks: pure functions from a ``Checkpoint``, the ``VerifyOptions`` and what vLLM builds from its config
+(``VllmBuild``, ``None`` without a parsed config) to findings. ``CHECKS`` is the order verify runs them."""
 
 from __future__ import annotations
 
@@ -18,7 +19,10 @@ from clef_format.verify.checks.patterns import check_patterns
 from clef_format.verify.checks.tables import check_tables
 
 if TYPE_CHECKING:
-    Check = Callable[[Checkpoint], Iterable[Finding]]
+    from clef_format.verify.options import VerifyOptions
+    from clef_format.verify.vllm_build import VllmBuild
+
+    Check = Callable[[Checkpoint, VerifyOptions, VllmBuild | None], Iterable[Finding]]
 
 CHECKS: list[Check] = [
     check_layout,

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
+    from clef_format.verify.vllm_build import VllmBuild
     from typing import Any, Iterator, Mapping
 
 from clef_format.read.checkpoint import Checkpoint
+from clef_format.verify.options import DEFAULTS, VerifyOptions
 from clef_format.spec.findings import Finding, error, warning
 from clef_format.spec.layouts import Layout
 from clef_format.spec.model_spec import (ModelConfig, kv_cache_params, linear_modules, plain_params, table_shape,
                                          unscheduled_kv_scales)
-from clef_format.vllm_rules.names import DEFAULT_VLLM
 from clef_format.spec.schemes import (
     FLOAT_DTYPES,
     SCHEME_PARAMS,
@@ -57,18 +58,21 @@ def _cast_finding(casts: Mapping[tuple[str, str], list[str]], dtype: str) -> Ite
                       "(e.g. load_state_dict(assign=True)) would keep the stored dtype", tensor=names[0], fix=fix)
 
 
-def _signatures(cfg: ModelConfig, version: str) -> Mapping[str, Mapping[str, ParamSpec]] | None:
-    """Per Linear module, the parameter signature of its config group; ``None`` if the quantization
-    config cannot be resolved. A module the quantizer left alone but vLLM quantizes through a target
-    matching only its class name (``re:.*Linear``) is held to the group vLLM builds it with: the stored
-    tensors are what vLLM needs, and the pattern, not the backbone, is what to fix."""
+def _signatures(cfg: ModelConfig, version: str,
+                built: VllmBuild | None = None) -> Mapping[str, Mapping[str, ParamSpec]] | None:
+    """Per Linear module, the parameter signature of its config group (the config as ``built`` parsed it
+    for vLLM ``version``, when given); ``None`` if the quantization config cannot be resolved. A module
+    the quantizer left alone but vLLM quantizes through a target matching only its class name
+    (``re:.*Linear``) is held to the group vLLM builds it with: the stored tensors are what vLLM needs,
+    and the pattern, not the backbone, is what to fix."""
     specs = linear_modules(cfg)
     if not cfg.quantization:
         return {m.name: group_signature(None, None, None, None, m.out_features, m.in_features, cfg.dtype) for m in specs}
     from clef_format.vllm_rules.matching import QuantConfigError, class_matched_modules, parse_quant_config, resolve_hf
 
     try:
-        qc = parse_quant_config(cfg.quantization, version)
+        qc = built.quant if built is not None and built.quant is not None else \
+            parse_quant_config(cfg.quantization, version)
         decisions = resolve_hf(cfg, qc)
         by_class = class_matched_modules(cfg, qc, version)  # reported as pattern-class-name by the patterns check
     except (QuantConfigError, ValueError, TypeError):
@@ -116,7 +120,7 @@ def module_params(backbone: Mapping[str, Any], modules: Any) -> dict[str, dict[s
     return out
 
 
-def check_backbone(ck: Checkpoint) -> Iterator[Finding]:
+def check_backbone(ck: Checkpoint, opts: VerifyOptions = DEFAULTS, vllm: VllmBuild | None = None) -> Iterator[Finding]:
     if ck.model is None or not ck.backbone:
         return
     cfg = ck.model
@@ -124,7 +128,7 @@ def check_backbone(ck: Checkpoint) -> Iterator[Finding]:
     accounted: set[str] = set()
     specs = linear_modules(cfg)
     params = module_params(ck.backbone, (m.name for m in specs))
-    signatures = _signatures(cfg, getattr(ck, "vllm_version", None) or DEFAULT_VLLM)
+    signatures = _signatures(cfg, opts.rules, vllm)
     casts: dict[tuple[str, str], list[str]] = {}
     for spec in specs:
         stored = params[spec.name]

@@ -11,9 +11,11 @@ import os
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
+    from clef_format.verify.vllm_build import VllmBuild
     from typing import Iterator
 
 from clef_format.read.checkpoint import Checkpoint
+from clef_format.verify.options import DEFAULTS, VerifyOptions
 from clef_format.read.hf_cache import LOCAL_DIR_DOWNLOAD, blobs_dir, incomplete_downloads
 from clef_format.spec import layouts as L
 from clef_format.spec.findings import Finding, error, warning
@@ -26,7 +28,7 @@ def _snapshot_incomplete(ck: Checkpoint) -> bool:
     return any(not ck.has(rel) and rel not in ck.bad_headers for rel in L.required_files(ck.layout))
 
 
-def check_cache(ck: Checkpoint) -> Iterator[Finding]:
+def check_cache(ck: Checkpoint, opts: VerifyOptions = DEFAULTS, vllm: VllmBuild | None = None) -> Iterator[Finding]:
     places: list[tuple[str, str, bool]] = []
     if ck.hf_snapshot:
         places.append((blobs_dir(ck.root), "the repository's blobs/", False))

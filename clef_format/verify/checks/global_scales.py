@@ -13,9 +13,11 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
+    from clef_format.verify.vllm_build import VllmBuild
     from typing import Iterator
 
 from clef_format.read.checkpoint import Checkpoint
+from clef_format.verify.options import DEFAULTS, VerifyOptions
 from clef_format.read.safetensors import read_scalars
 from clef_format.spec.findings import Finding, error
 from clef_format.vllm_rules import names as vllm_names
@@ -41,7 +43,7 @@ def _scale_fault(name: str, value: float) -> tuple[str, str] | None:
     return None
 
 
-def check_scalar_scales(ck: Checkpoint) -> Iterator[Finding]:
+def check_scalar_scales(ck: Checkpoint, opts: VerifyOptions = DEFAULTS, vllm: VllmBuild | None = None) -> Iterator[Finding]:
     """Every one-element backbone scale finite and of the right sign: an error from facts, vLLM's dequant
     divides (NVFP4 global scales) or multiplies (FP8, KV cache) by it and serves NaN, inf or sign-flipped
     values. A few bytes each, at their header offsets; ``verify --deep`` decodes the larger ones."""
@@ -76,10 +78,10 @@ def _scalars(ck: Checkpoint, names: list[str]) -> dict[str, float]:
     return out
 
 
-def check_global_scales(ck: Checkpoint) -> Iterator[Finding]:
+def check_global_scales(ck: Checkpoint, opts: VerifyOptions = DEFAULTS, vllm: VllmBuild | None = None) -> Iterator[Finding]:
     if ck.model is None or not ck.backbone:
         return
-    model = vllm_names.build(ck.model, ck.vllm_version or vllm_names.DEFAULT_VLLM)
+    model = vllm.model if vllm is not None else vllm_names.build(ck.model, opts.rules)
     fused = [(layer, scale) for layer in model.layers if len(layer.shards) > 1 for scale in SCALES
              if all(f"{s.name}.{scale}" in ck.backbone for s in layer.shards)]
     if not fused:

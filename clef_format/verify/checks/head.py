@@ -17,11 +17,13 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
+    from clef_format.verify.vllm_build import VllmBuild
     from typing import Iterator, Mapping
 
     _Tensors = Mapping[str, tuple[str, tuple[int, ...]]]
 
 from clef_format.read.checkpoint import Checkpoint
+from clef_format.verify.options import DEFAULTS, VerifyOptions
 from clef_format.read.safetensors import encode_header
 from clef_format.spec import layouts as L
 from clef_format.spec.findings import Finding, error, info, warning
@@ -38,7 +40,7 @@ _FIX = "re-download the joint head files of this revision"
 _MAX_FINDINGS = 50
 
 
-def check_head(ck: Checkpoint) -> Iterator[Finding]:
+def check_head(ck: Checkpoint, opts: VerifyOptions = DEFAULTS, vllm: VllmBuild | None = None) -> Iterator[Finding]:
     weights, config_rel = L.head_files(ck.layout)
     if ck.head_config is None or not ck.has(config_rel):
         return

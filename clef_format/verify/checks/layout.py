@@ -4,16 +4,18 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
+    from clef_format.verify.vllm_build import VllmBuild
     from typing import Iterator
 
 from clef_format.read.checkpoint import Checkpoint
+from clef_format.verify.options import DEFAULTS, VerifyOptions
 from clef_format.spec import layouts as L
 from clef_format.spec.findings import Finding, error, warning
 from clef_format.spec.layouts import Layout, migrate_command
 from clef_format.spec.marker import MarkerError, parse_marker
 
 
-def check_layout(ck: Checkpoint) -> Iterator[Finding]:
+def check_layout(ck: Checkpoint, opts: VerifyOptions = DEFAULTS, vllm: VllmBuild | None = None) -> Iterator[Finding]:
     path = str(ck.root)
     layout = ck.layout
     if not ck.backbone_files and not any(f.code in ("missing-file", "bad-header") or f.file == L.BACKBONE_INDEX

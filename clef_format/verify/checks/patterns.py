@@ -20,9 +20,12 @@ TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to
 if TYPE_CHECKING:
     from typing import Any, Iterable, Mapping
 
+from clef_format.read.checkpoint import Checkpoint
 from clef_format.spec import schemes
 from clef_format.spec.findings import Finding, Severity
 from clef_format.spec.model_spec import ModelConfig, linear_modules
+from clef_format.verify.options import DEFAULTS, VerifyOptions
+from clef_format.verify.vllm_build import VllmBuild, build_vllm
 from clef_format.vllm_rules import matching as R
 from clef_format.vllm_rules import names as vllm_names
 from clef_format.vllm_rules.names import VllmLayer, VllmModel
@@ -158,13 +161,14 @@ def _derive_fix(model: VllmModel, pattern: str, expected: set[str], as_ignore: b
 # ----------------------------------------------------------------------------- the check
 
 
-def check_patterns(ck: Any) -> list[Finding]:
-    """All pattern findings for a checkpoint (needs ``ck.config``, ``ck.model``, ``ck.backbone``)."""
-    model_cfg: ModelConfig | None = getattr(ck, "model", None)
-    if getattr(ck, "config", None) is None or model_cfg is None:
+def check_patterns(ck: Checkpoint, opts: VerifyOptions = DEFAULTS, vllm: VllmBuild | None = None) -> list[Finding]:
+    """All pattern findings for a checkpoint (needs ``ck.config``, ``ck.model``, ``ck.backbone``), on the
+    rules of vLLM ``opts.rules``; ``vllm``: the build of ``ck.model`` on that version, when already made."""
+    model_cfg = ck.model
+    if ck.config is None or model_cfg is None:
         return []
-    version = getattr(ck, "vllm_version", None) or vllm_names.DEFAULT_VLLM
-    findings = pattern_findings(model_cfg, getattr(ck, "backbone", {}) or {}, version)
+    version = opts.rules
+    findings = pattern_findings(model_cfg, ck.backbone or {}, version, built=vllm)
     if not vllm_names.rules_for(version).proven:  # verify and layers alike: say what the answer rests on
         proven = ", ".join(vllm_names.PROVEN)
         findings.insert(0, Finding(
@@ -181,13 +185,14 @@ def check_patterns(ck: Any) -> list[Finding]:
 
 
 def pattern_findings(model_cfg: ModelConfig, backbone: dict[str, Any], version: str = vllm_names.DEFAULT_VLLM,
-                     other_versions: Iterable[str] = vllm_names.PROVEN) -> list[Finding]:
-    """Findings for vLLM ``version``, plus what differs on each of ``other_versions``."""
-    findings, in_play = _version_findings(model_cfg, backbone, version)
+                     other_versions: Iterable[str] = vllm_names.PROVEN, built: VllmBuild | None = None) -> list[Finding]:
+    """Findings for vLLM ``version`` (from ``built``, its build of ``model_cfg``, when given), plus what
+    differs on each of ``other_versions``."""
+    findings, in_play = _version_findings(model_cfg, backbone, built or build_vllm(model_cfg, version))
     for other in other_versions:
         rows = vllm_names.differing_rules(version, other)
         if rows and (in_play is None or any(r.name in in_play for r in rows)):
-            theirs, _ = _version_findings(model_cfg, backbone, other)
+            theirs, _ = _version_findings(model_cfg, backbone, build_vllm(model_cfg, other))
             findings = _compare(findings, theirs, model_cfg, version, other, rows)
     return findings
 
@@ -234,36 +239,26 @@ def _why(model_cfg: ModelConfig, other: str, rows: list[vllm_names.VersionRule])
 
 
 def _version_findings(model_cfg: ModelConfig, backbone: dict[str, Any],
-                      version: str) -> tuple[list[Finding], frozenset[str] | None]:
-    """The findings on vLLM ``version`` and the version-table rows in play (None: the config did not parse)."""
-    model = vllm_names.build(model_cfg, version)
+                      built: VllmBuild) -> tuple[list[Finding], frozenset[str] | None]:
+    """The findings on the vLLM ``built`` is for and the version-table rows in play (None: the config did not parse)."""
+    model = built.model
     specs = [*linear_modules(model_cfg), vllm_names.lm_head_spec(model_cfg)]
     stored = R.stored_schemes(backbone, specs)
-    raw = model_cfg.quantization
-    if raw is None:
-        qc = None
-        decisions = [R.Decision(l.name, schemes.UNQUANTIZED) for l in model.layers]
-        hf: Mapping[str, R.HfDecision] = {}
-        in_play: frozenset[str] | None = frozenset()
-    else:
-        try:
-            qc = R.parse_quant_config(raw, version)
-        except R.QuantConfigError as e:
-            return [Finding("quant-config-invalid", "error", f"vLLM refuses quantization_config: {e}", file=CONFIG_FILE,
-                            fix="fix quantization_config so compressed-tensors' QuantizationConfig accepts it")], None
-        vq = R.vllm_view(qc, model)
-        in_play = R.rules_in_play(qc, vq, model)
-        decisions = [R.resolve_layer(l, vq, model) for l in model.layers]
-        hf = R.resolve_hf(model_cfg, qc)
+    if built.refused is not None:
+        return [Finding("quant-config-invalid", "error", f"vLLM refuses quantization_config: {built.refused}",
+                        file=CONFIG_FILE, fix="fix quantization_config so compressed-tensors' QuantizationConfig "
+                        "accepts it")], None
+    qc, vq = built.quant, built.vquant
+    hf: Mapping[str, R.HfDecision] = R.resolve_hf(model_cfg, qc) if qc is not None else {}
     issues: list[_Issue] = []
     findings: list[Finding] = []
-    if qc is not None:
+    if qc is not None and vq is not None:
         findings += _target_findings(model_cfg, model, qc, vq)
-    for layer, d in zip(model.layers, decisions):
+    for layer, d in zip(model.layers, built.decisions):
         issues += _layer_issues(layer, d, hf, stored)
-        if qc is not None and d.error is None and d.target is not None:
+        if vq is not None and d.error is None and d.target is not None:
             issues += _block_issues(layer, d, vq.targets[d.target])
-    return findings + _fold(issues), in_play
+    return findings + _fold(issues), built.in_play
 
 
 def _block_issues(layer: VllmLayer, d: R.Decision, entry: R.Entry) -> list[_Issue]:

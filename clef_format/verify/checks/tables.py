@@ -4,9 +4,11 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
+    from clef_format.verify.vllm_build import VllmBuild
     from typing import Callable, Iterator
 
 from clef_format.read.checkpoint import Checkpoint
+from clef_format.verify.options import DEFAULTS, VerifyOptions
 from clef_format.read.safetensors import Header
 from clef_format.spec import layouts as L
 from clef_format.spec import tables_format as TF
@@ -108,7 +110,7 @@ def _scale_finding(scale: str, p: TF.Problems) -> list[Finding]:
                   file=L.TABLES, tensor=scale, fix=_FIX)]
 
 
-def check_tables(ck: Checkpoint) -> Iterator[Finding]:
+def check_tables(ck: Checkpoint, opts: VerifyOptions = DEFAULTS, vllm: VllmBuild | None = None) -> Iterator[Finding]:
     header = ck.headers.get(L.TABLES)
     if header is None or ck.model is None:
         return
