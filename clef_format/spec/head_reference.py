@@ -6,10 +6,12 @@ check reads the module tree ``JointSchemaHead.__init__`` builds from the file's 
 the file is never imported and never executed. A bounded evaluator follows assignments to ``self``,
 arithmetic over the config and earlier locals, ``for`` loops and comprehensions over ``range``,
 ``if``s it can decide, the file's own module classes (their ``super().__init__``, their methods called
-on ``self``), initializers that only change values (``nn.init.*``, ``.zero_()``), and torch's own
-layer classes, whose parameter names and shapes it knows (``TORCH_PARAMS``: the same names and shapes
-``torch.nn`` gives them, checked against real torch in the tests). Anything else is *unknown* for the
-subtree it builds, never guessed: the checks fall back to facts for that part.
+on ``self``), the file's module-level functions, initializers that only change values (``nn.init.*``,
+``.zero_()``), and torch's own layer classes, whose parameter names and shapes it knows (``TORCH_PARAMS``:
+the same names and shapes ``torch.nn`` gives them, checked against real torch in the tests). Statements
+that cannot change the module tree (``print(...)``, ``logger.info(...)``: ``_inert``) are skipped when it
+cannot evaluate them. Anything else is *unknown* for the subtree it builds, never guessed, and named with
+the line and construct it came from (``Reference.why``): the checks fall back to facts for that part.
 """
 
 from __future__ import annotations
@@ -231,13 +233,18 @@ def _clone(m: Any) -> Any:
     return out
 
 
+def _size(m: Any) -> int:
+    """Nodes of a module tree (itself, its modules and parameters)."""
+    return 1 + sum(_size(c) for c in m.children.values()) if isinstance(m, _Module) else 1
+
+
 def _stack(a: dict[str, Any]) -> dict[str, Any]:
     """``nn.TransformerEncoder/Decoder(layer, num_layers, norm)``: ``layers`` holds num_layers deep copies of
     the layer (the layer given is not itself a child), then ``norm`` when given."""
     layer, n, norm = a["layer"], _dim(a["num_layers"]), a["norm"]
     if not isinstance(layer, _Module) or not (norm is None or isinstance(norm, _Module)):
         raise _Unknown("TransformerEncoder/Decoder layer")
-    if n > MAX_ITEMS:
+    if n * _size(layer) > MAX_ITEMS:  # the copies are not evaluation steps: bound what they build
         raise _Unknown("num_layers")
     layers = _Module("ModuleList")
     layers.children = {str(i): _clone(layer) for i in range(n)}
@@ -256,10 +263,10 @@ def _rnn(gates: int) -> Callable[[dict[str, Any]], dict[str, Any]]:
             raise _Fails("hidden_size and num_layers must be positive, proj_size non-negative")
         if proj and (gates != 4 or proj >= h):
             raise _Fails("proj_size is only supported for LSTM, and must be smaller than hidden_size")
-        if n * 2 > MAX_ITEMS:
-            raise _Unknown("num_layers")
         real = proj or h
         dirs = 2 if a["bidirectional"] else 1
+        if n * dirs * 5 > MAX_ITEMS:
+            raise _Unknown("num_layers")
         out: dict[str, Any] = {}
         for layer in range(n):
             for d in range(dirs):
@@ -909,6 +916,9 @@ class _Reader:
             raise _Fails("proj_size argument is only supported for LSTM, not RNN or GRU")
         bound = self._bind_sig(name, sig, _REQUIRED[name], args, kwargs)
         m.children = build(bound)
+        self.steps += _size(m)  # what a layer builds (deep copies, many RNN layers) counts as evaluation steps
+        if self.steps > MAX_STEPS:
+            raise _Unknown("too many evaluation steps")
         return m
 
     def _bind_sig(self, name: str, sig: tuple[tuple[str, Any], ...], required: int, args: list[Any],

@@ -43,7 +43,7 @@ def _torch_state(path: Path, config: dict) -> dict[str, tuple[int, ...]]:
 
 
 def test_there_are_several_reference_definitions() -> None:
-    assert {"inferred", "release", "rms_blocks", "subclassed", "helpers", "conventional"} <= set(REFERENCES)
+    assert {"inferred", "release", "rms_blocks", "subclassed", "helpers", "conventional", "functional"} <= set(REFERENCES)
 
 
 @pytest.mark.parametrize("config", [RELEASE_CONFIG, TINY, ODD], ids=["release", "tiny", "odd"])
@@ -201,6 +201,11 @@ def _hostile(marker: Path) -> dict[str, bytes]:
                              "        self.a = A()\n" + HEAD.split("\n\n", 1)[1] + "        self.x = A()\n").encode(),
         "huge-loop": (HEAD + "        for i in range(60000):\n            for j in range(60000):\n"
                       "                self.a = nn.Linear(i, j)\n").encode(),
+        "huge-encoder": (HEAD + "        self.e = nn.TransformerEncoder(nn.TransformerEncoder(nn.TransformerEncoderLayer"
+                         "(8, 2), 100), 600)\n").encode(),
+        "huge-encoders": (HEAD + "        e = nn.Sequential(*[nn.Linear(2, 2) for _ in range(300)])\n        self.l = "
+                          "nn.ModuleList([nn.TransformerEncoder(e, 20) for _ in range(1000)])\n").encode(),
+        "huge-rnn": (HEAD + "        self.g = nn.LSTM(4, 4, 30000, bidirectional=True)\n").encode(),
         "null-bytes": b"class JointSchemaHead:\x00\n",
         "not-utf8": b"\xff\xfe\x00class",
         "no-class": f"{run}\n".encode(),
@@ -218,7 +223,8 @@ def test_a_hostile_reference_is_never_run_and_never_crashes(tmp_path: Path, case
         assert ref.status == "invalid", ref
     if case in ("huge",):
         assert ref.status == "unread" and str(MAX_SOURCE_BYTES) in ref.reason
-    if case in ("self-recursion", "mutual-recursion", "huge-loop", "long-sum"):
+    if case in ("self-recursion", "mutual-recursion", "huge-loop", "long-sum", "huge-encoder", "huge-encoders",
+                "huge-rnn"):
         assert ref.status == "ok" and ref.unknown, ref
 
 

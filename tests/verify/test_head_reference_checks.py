@@ -26,7 +26,7 @@ from clef_format.verify.checks.head import check_head
 from clef_format.verify.run import verify_checkpoint
 from tests.support.migrate import cli, migrate_json
 
-REFERENCES = ("inferred", "release", "rms_blocks", "subclassed", "helpers")
+REFERENCES = ("inferred", "release", "rms_blocks", "subclassed", "helpers", "functional")
 HEAD_ERRORS = {"head-incomplete", "head-unexpected", "head-config-invalid"}
 
 
