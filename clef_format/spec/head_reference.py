@@ -6,10 +6,12 @@ check reads the module tree ``JointSchemaHead.__init__`` builds from the file's 
 the file is never imported and never executed. A bounded evaluator follows assignments to ``self``,
 arithmetic over the config and earlier locals, ``for`` loops and comprehensions over ``range``,
 ``if``s it can decide, the file's own module classes (their ``super().__init__``, their methods called
-on ``self``), initializers that only change values (``nn.init.*``, ``.zero_()``), and torch's own
-layer classes, whose parameter names and shapes it knows (``TORCH_PARAMS``: the same names and shapes
-``torch.nn`` gives them, checked against real torch in the tests). Anything else is *unknown* for the
-subtree it builds, never guessed: the checks fall back to facts for that part.
+on ``self``), the file's module-level functions, initializers that only change values (``nn.init.*``,
+``.zero_()``), and torch's own layer classes, whose parameter names and shapes it knows (``TORCH_PARAMS``:
+the same names and shapes ``torch.nn`` gives them, checked against real torch in the tests). Statements
+that cannot change the module tree (``print(...)``, ``logger.info(...)``: ``_inert``) are skipped when it
+cannot evaluate them. Anything else is *unknown* for the subtree it builds, never guessed, and named with
+the line and construct it came from (``Reference.why``): the checks fall back to facts for that part.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ class Reference(Record):
     fails: str = ""
     fails_kind: str = ""
     rejected: tuple = ()  # config keys JointSchemaHead.__init__ does not take (a TypeError in the real call)
+    why: tuple = ()  # for each path of ``unknown`` (same order): ``line N: construct`` where the reader stopped
 
 
 class _Unknown(Exception):
@@ -91,6 +94,7 @@ class _Module:
         self.kind = kind
         self.children: dict[str, Any] = {}
         self.attrs: dict[str, Any] = {}  # plain values set on self (ints, tuples...), readable later
+        self.why: dict[str, str] = {}  # child name -> "line N: construct" where an unknown child came from
 
 
 class _Param:
@@ -116,7 +120,7 @@ _UNKNOWN = object()
 
 #: Python's builtins the reader resolves by name (a file binding one of them at module level is not read).
 _BUILTINS = ("range", "len", "int", "max", "min", "super", "tuple", "list", "setattr", "True", "False", "None",
-             "dict", "round", "abs", "delattr")
+             "dict", "round", "abs", "delattr", "enumerate", "zip")
 
 #: Methods of plain values (str, dict) the reader follows, and ``insert`` of lists and ModuleLists.
 _VALUE_METHODS = ("get", "upper", "lower", "join", "format", "insert")
@@ -204,6 +208,87 @@ def _transformer_layer(cross: bool) -> Callable[[dict[str, Any]], dict[str, Any]
     return build
 
 
+def _conv(dims: int) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """``nn.Conv{1,2,3}d``: weight [out, in / groups, *kernel], bias [out]; torch's own ValueErrors on groups."""
+    def build(a: dict[str, Any]) -> dict[str, Any]:
+        i, o, g, k = _dim(a["in_channels"]), _dim(a["out_channels"]), a["groups"], a["kernel_size"]
+        if not isinstance(g, int) or isinstance(g, bool) or g <= 0:
+            raise _Fails(f"Conv{dims}d: groups must be a positive integer")
+        if i % g or o % g:
+            raise _Fails(f"Conv{dims}d: in_channels and out_channels must be divisible by groups")
+        kernel = tuple(_dim(x) for x in k) if isinstance(k, (tuple, list)) else (_dim(k),) * dims
+        if len(kernel) != dims:
+            raise _Unknown(f"Conv{dims}d kernel_size")
+        return {"weight": _Param((o, i // g, *kernel)), **({"bias": _Param((o,))} if a["bias"] else {})}
+    return build
+
+
+def _clone(m: Any) -> Any:
+    """``copy.deepcopy`` of a module as the reader holds it (parameters are shapes: shared safely)."""
+    if not isinstance(m, _Module):
+        return m
+    out = _Module(m.kind)
+    out.children = {k: _clone(v) for k, v in m.children.items()}
+    out.attrs, out.why = dict(m.attrs), dict(m.why)
+    return out
+
+
+def _size(m: Any) -> int:
+    """Nodes of a module tree (itself, its modules and parameters)."""
+    return 1 + sum(_size(c) for c in m.children.values()) if isinstance(m, _Module) else 1
+
+
+def _stack(a: dict[str, Any]) -> dict[str, Any]:
+    """``nn.TransformerEncoder/Decoder(layer, num_layers, norm)``: ``layers`` holds num_layers deep copies of
+    the layer (the layer given is not itself a child), then ``norm`` when given."""
+    layer, n, norm = a["layer"], _dim(a["num_layers"]), a["norm"]
+    if not isinstance(layer, _Module) or not (norm is None or isinstance(norm, _Module)):
+        raise _Unknown("TransformerEncoder/Decoder layer")
+    if n * _size(layer) > MAX_ITEMS:  # the copies are not evaluation steps: bound what they build
+        raise _Unknown("num_layers")
+    layers = _Module("ModuleList")
+    layers.children = {str(i): _clone(layer) for i in range(n)}
+    return {"layers": layers, **({"norm": norm} if norm is not None else {})}
+
+
+def _rnn(gates: int) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """``nn.GRU`` (3 gates) / ``nn.LSTM`` (4): per layer and direction weight_ih/hh_l{k}[_reverse], biases,
+    and for an LSTM with proj_size, weight_hr; torch's own ValueErrors on sizes."""
+    def build(a: dict[str, Any]) -> dict[str, Any]:
+        i, h, n, proj = _dim(a["input_size"]), a["hidden_size"], a["num_layers"], a["proj_size"]
+        for what, v in (("hidden_size", h), ("num_layers", n), ("proj_size", proj)):
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise _Unknown(what)
+        if h <= 0 or n <= 0 or proj < 0:
+            raise _Fails("hidden_size and num_layers must be positive, proj_size non-negative")
+        if proj and (gates != 4 or proj >= h):
+            raise _Fails("proj_size is only supported for LSTM, and must be smaller than hidden_size")
+        real = proj or h
+        dirs = 2 if a["bidirectional"] else 1
+        if n * dirs * 5 > MAX_ITEMS:
+            raise _Unknown("num_layers")
+        out: dict[str, Any] = {}
+        for layer in range(n):
+            for d in range(dirs):
+                sfx = f"_l{layer}{'_reverse' if d else ''}"
+                size_in = i if layer == 0 else real * dirs
+                out[f"weight_ih{sfx}"] = _Param((gates * h, size_in))
+                out[f"weight_hh{sfx}"] = _Param((gates * h, real))
+                if a["bias"]:
+                    out[f"bias_ih{sfx}"] = _Param((gates * h,))
+                    out[f"bias_hh{sfx}"] = _Param((gates * h,))
+                if proj:
+                    out[f"weight_hr{sfx}"] = _Param((proj, h))
+        return out
+    return build
+
+
+_CONV_SIG = (("in_channels", None), ("out_channels", None), ("kernel_size", None), ("stride", 1), ("padding", 0),
+             ("dilation", 1), ("groups", 1), ("bias", True), ("padding_mode", "zeros"), ("device", None),
+             ("dtype", None))
+_RNN_SIG = (("input_size", None), ("hidden_size", None), ("num_layers", 1), ("bias", True), ("batch_first", False),
+            ("dropout", 0.0), ("bidirectional", False), ("proj_size", 0), ("device", None), ("dtype", None))
+
 _TL_SIG = (("d_model", None), ("nhead", None), ("dim_feedforward", 2048), ("dropout", 0.1), ("activation", None),
            ("layer_norm_eps", 1e-5), ("batch_first", False), ("norm_first", False), ("bias", True),
            ("device", None), ("dtype", None))
@@ -225,9 +310,20 @@ TORCH_PARAMS: dict[str, tuple[tuple[tuple[str, Any], ...], Callable[[dict[str, A
                             ("batch_first", False), ("device", None), ("dtype", None)), _mha),
     "TransformerEncoderLayer": (_TL_SIG, _transformer_layer(cross=False)),
     "TransformerDecoderLayer": (_TL_SIG, _transformer_layer(cross=True)),
+    "TransformerEncoder": ((("layer", None), ("num_layers", None), ("norm", None), ("enable_nested_tensor", True),
+                            ("mask_check", True)), _stack),
+    "TransformerDecoder": ((("layer", None), ("num_layers", None), ("norm", None)), _stack),
+    "Conv1d": (_CONV_SIG, _conv(1)),
+    "Conv2d": (_CONV_SIG, _conv(2)),
+    "Conv3d": (_CONV_SIG, _conv(3)),
+    "GRU": (_RNN_SIG, _rnn(3)),
+    "LSTM": (_RNN_SIG, _rnn(4)),
 }
 _REQUIRED = {"Linear": 2, "LayerNorm": 1, "RMSNorm": 1, "Embedding": 2, "MultiheadAttention": 2,
-             "TransformerEncoderLayer": 2, "TransformerDecoderLayer": 2}
+             "TransformerEncoderLayer": 2, "TransformerDecoderLayer": 2, "TransformerEncoder": 2,
+             "TransformerDecoder": 2, "Conv1d": 3, "Conv2d": 3, "Conv3d": 3, "GRU": 2, "LSTM": 2}
+#: Keyword names of torch's signature that differ from the reader's (``encoder_layer`` -> ``layer``).
+_KEYWORDS = {"TransformerEncoder": {"encoder_layer": "layer"}, "TransformerDecoder": {"decoder_layer": "layer"}}
 _MATH_CONSTANTS = {"pi": math.pi, "e": math.e}
 _MATH_FUNCTIONS = {"sqrt": math.sqrt, "log": math.log, "log2": math.log2, "exp": math.exp, "ceil": math.ceil,
                    "floor": math.floor}
@@ -306,6 +402,8 @@ class _Reader:
                 return _Ref(f"builtins.{node.id}")
             if node.id in self.classes:
                 return _Ref(f"local.{node.id}")
+            if node.id in self.functions:
+                return _Ref(f"function.{node.id}")
             raise _Unknown(node.id)
         if isinstance(node, (ast.Tuple, ast.List)):
             items: list[Any] = []
@@ -385,6 +483,11 @@ class _Reader:
             return d
         if isinstance(node, ast.Call):
             return self._call(node, env, mod)
+        if isinstance(node, ast.Slice):  # sizes[:-1]
+            bounds = [None if b is None else self.eval(b, env, mod) for b in (node.lower, node.upper, node.step)]
+            if not all(b is None or (isinstance(b, int) and not isinstance(b, bool)) for b in bounds) or bounds[2] == 0:
+                raise _Unknown("slice")
+            return slice(*bounds)
         if isinstance(node, ast.Subscript):
             return self._subscript(self.eval(node.value, env, mod), self.eval(node.slice, env, mod))
         raise _Unknown(type(node).__name__)
@@ -394,6 +497,8 @@ class _Reader:
         if isinstance(base, dict) and isinstance(key, (int, str)) and not isinstance(key, bool):
             if key not in base:
                 raise _Unknown("missing key")  # a KeyError in the real call, or a key the reader lost
+            v = base[key]
+        elif isinstance(base, (list, tuple, str)) and isinstance(key, slice):
             v = base[key]
         elif isinstance(base, (list, tuple, str)) and isinstance(key, int) and not isinstance(key, bool):
             if not -len(base) <= key < len(base):
@@ -615,6 +720,26 @@ class _Reader:
             self.depth -= 1
         return None
 
+    def _run_function(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        """A module-level function of the file (``make_mlp(width)``), followed as a method is, within the same
+        bounds. A module it is given is changed through its own name (``m.append(...)``), never ``self``."""
+        fn = self.functions[name]
+        if fn.decorator_list:
+            raise _Unknown(f"decorated function {name}")
+        if self.depth > MAX_DEPTH:
+            raise _Unknown("calls nested too deeply")
+        env = self.bind_call(fn, args, kwargs, method=False)
+        if any(isinstance(sub, ast.Name) and sub.id in ("self", "super", "__class__") for sub in _walk(fn)):
+            raise _Unknown(f"function {name} names self")  # the reader ties self to the module being built
+        self.depth += 1
+        try:
+            self._run(fn.body, env, _Module(f"<{name}>"))  # nothing names self: this module stays empty
+        except _Return as ret:
+            return ret.value
+        finally:
+            self.depth -= 1
+        return None
+
     def _method(self, target: Any, name: str, args: list[Any], kwargs: dict[str, Any]) -> None:
         if name == "insert":
             if kwargs or len(args) != 2 or not isinstance(args[0], int) or isinstance(args[0], bool):
@@ -685,6 +810,10 @@ class _Reader:
                 if vals and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
                     return max(vals) if fn == "max" else min(vals)
             raise _Unknown(fn)
+        if path == "builtins.enumerate" and not kwargs and len(args) == 1:
+            return list(enumerate(self._iter(args[0])))
+        if path == "builtins.zip" and not kwargs and args:
+            return list(zip(*(self._iter(a) for a in args)))
         if path in ("builtins.round", "builtins.abs") and not kwargs and len(args) == 1 \
                 and isinstance(args[0], (int, float)) and abs(args[0]) < 1e15:
             return round(args[0]) if path == "builtins.round" else abs(args[0])
@@ -717,6 +846,8 @@ class _Reader:
             return None  # nn.Module.__init__(self)
         if path.startswith("local."):
             return self._instantiate(path[len("local."):], args, kwargs)
+        if path.startswith("function."):
+            return self._run_function(path[len("function."):], args, kwargs)
         if path.startswith("torch.") and path.split(".")[1] in _TENSOR_MAKERS:
             return self._tensor(path.split(".")[1], args, kwargs)
         if path == "torch.tensor" and args:
@@ -777,8 +908,17 @@ class _Reader:
         if name not in TORCH_PARAMS:
             raise _Unknown(f"torch.nn.{name}")
         sig, build = TORCH_PARAMS[name]
+        renames = _KEYWORDS.get(name, {})
+        if any(k in kwargs for k in renames.values()):
+            raise _Fails(f"{name}() got an unexpected keyword argument")
+        kwargs = {renames.get(k, k): v for k, v in kwargs.items()}
+        if name == "GRU" and "proj_size" in kwargs:
+            raise _Fails("proj_size argument is only supported for LSTM, not RNN or GRU")
         bound = self._bind_sig(name, sig, _REQUIRED[name], args, kwargs)
         m.children = build(bound)
+        self.steps += _size(m)  # what a layer builds (deep copies, many RNN layers) counts as evaluation steps
+        if self.steps > MAX_STEPS:
+            raise _Unknown("too many evaluation steps")
         return m
 
     def _bind_sig(self, name: str, sig: tuple[tuple[str, Any], ...], required: int, args: list[Any],
@@ -859,10 +999,11 @@ class _Reader:
             return
         raise _Unknown(f"base {base}")
 
-    def bind_call(self, fn: ast.FunctionDef, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    def bind_call(self, fn: ast.FunctionDef, args: list[Any], kwargs: dict[str, Any],
+                  method: bool = True) -> dict[str, Any]:
         """Bind arguments as Python would; ``_Fails`` (a TypeError in the real call) when it cannot."""
         a = fn.args
-        params = [p.arg for p in a.posonlyargs + a.args][1:]  # without self
+        params = [p.arg for p in a.posonlyargs + a.args][1 if method else 0:]  # a method's without self
         defaults = a.defaults
         env: dict[str, Any] = {}
         if len(args) > len(params) and a.vararg is None:
@@ -897,7 +1038,8 @@ class _Reader:
                 env[kw.arg] = self._default(d)
         if a.kwarg is not None:
             env[a.kwarg.arg] = extra
-        env["self"] = None  # replaced by the caller's module through _run
+        if method:
+            env["self"] = None  # replaced by the caller's module through _run
         return env
 
     def _default(self, node: ast.AST) -> Any:
@@ -962,6 +1104,24 @@ class _Reader:
                     names.add(sub.attr)
         return names
 
+    def _inert_here(self, body: list[ast.stmt], env: dict[str, Any]) -> bool:
+        """Whether statements the reader cannot evaluate can be skipped because torch's result does not
+        depend on them: ``_inert`` (no ``self``, no binding, no leaving the block), and every name they
+        read holds a plain value (``_plain``): not a module, a list or a dict a call could change, and not
+        the file's own function or class (it could change the file's globals)."""
+        if not _inert(body):
+            return False
+        for node in body:
+            for sub in _walk(node):
+                if not isinstance(sub, ast.Name):
+                    continue
+                if sub.id in self.functions or (sub.id in self.classes and sub.id not in env):
+                    return False
+                scope = env if sub.id in env else self.globals if sub.id in self.globals else None
+                if scope is not None and not _plain(scope[sub.id]):
+                    return False
+        return True
+
     def _only_self_assignments(self, body: list[ast.stmt]) -> bool:
         for node in body:
             if isinstance(node, ast.If):
@@ -1018,22 +1178,31 @@ class _Reader:
         if isinstance(node, ast.Expr):
             if isinstance(node.value, ast.Constant):
                 return
-            if isinstance(node.value, ast.Call):
+            try:
+                if not isinstance(node.value, ast.Call):
+                    raise _Unknown("expression statement")
                 self.eval(node.value, env, mod)
-                return
-            raise _Unknown("expression statement")
+            except _Unknown:
+                if self._inert_here([node], env):
+                    return  # print(...), logger.info(...), warnings.warn(...): torch's tree does not depend on it
+                raise
+            return
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
             if node.value is None:
                 return
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            why = ""
             try:
                 value = self.eval(node.value, env, mod)
-            except _Unknown:
+            except _Unknown as exc:
                 value = _UNKNOWN
+                why = f"line {exc.line or node.lineno}: {exc}"
             for t in targets:
                 if value is _UNKNOWN and not (isinstance(t, ast.Attribute) or isinstance(t, ast.Name)):
                     raise _Unknown("unpacking of an unknown value")
                 self._assign(t, value, env, mod)
+                if why and isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                    mod.why[t.attr] = why
             return
         if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
             env[node.target.id] = self._binop(node.op, self.eval(node.target, env, mod),
@@ -1052,13 +1221,14 @@ class _Reader:
         if isinstance(node, ast.If):
             try:
                 branch = node.body if self._truth(self.eval(node.test, env, mod)) else node.orelse
-            except _Unknown:
-                if _inert(node.body + node.orelse):
+            except _Unknown as exc:
+                if self._inert_here(node.body + node.orelse, env):
                     return  # e.g. a warning logged: neither branch can change the module tree
                 if not self._only_self_assignments(node.body + node.orelse):
                     raise _Unknown("an if the reader cannot decide") from None
                 for name in self._self_targets(node.body + node.orelse):
                     mod.children[name] = _UNKNOWN  # either branch's module: unknown, never guessed
+                    mod.why[name] = f"line {node.lineno}: an if the reader cannot decide ({exc})"
                 return
             self._run(branch, env, mod)
             return
@@ -1089,12 +1259,17 @@ def _values_only(fn: ast.FunctionDef) -> bool:
 
 def _inert(body: list[ast.stmt]) -> bool:
     """Statements that cannot change the module tree, whichever runs: they name no ``self``, bind no name,
-    and neither raise nor leave the block (``logger.warning(...)``, ``warnings.warn(...)``, ``pass``)."""
+    and neither raise nor leave the block (``logger.warning(...)``, ``warnings.warn(...)``, ``pass``): only
+    expression statements, ``pass`` and ``if``s of them, however nested. What the names they do read hold is
+    ``_Reader._inert_here``'s part (a call given a module or a list may change the tree)."""
     for node in body:
-        if not isinstance(node, (ast.Expr, ast.Pass, ast.If)):
-            return False
         for sub in _walk(node):
-            if isinstance(sub, ast.Name) and (sub.id in ("self", "super", "setattr") or not isinstance(sub.ctx, ast.Load)):
+            if isinstance(sub, ast.stmt) and not isinstance(sub, (ast.Expr, ast.Pass, ast.If)):
+                return False  # return, raise, an assignment, a loop (break), a def...
+            if isinstance(sub, (ast.Yield, ast.YieldFrom, ast.Await)):
+                return False
+            if isinstance(sub, ast.Name) and (sub.id in ("self", "super", "setattr", "delattr", "__class__")
+                                              or not isinstance(sub.ctx, ast.Load)):
                 return False
             if isinstance(sub, (ast.NamedExpr, ast.Lambda, ast.Attribute)) and not isinstance(
                     getattr(sub, "ctx", ast.Load()), ast.Load):
@@ -1102,15 +1277,28 @@ def _inert(body: list[ast.stmt]) -> bool:
     return True
 
 
-def _flatten(mod: _Module, prefix: str, tensors: dict[str, tuple[int, ...]], unknown: list[str]) -> None:
+def _plain(v: Any, depth: int = 0) -> bool:
+    """A value no call can change the module tree through: a number, a string, a name of torch or of another
+    module (``logging``), an unknown value (whatever it is, the reader never uses it to build a module), a
+    tuple of those. A module, a list or a dict may be changed by the call, and then the tree with it."""
+    if v is None or v is _UNKNOWN or isinstance(v, (bool, int, float, str, range, _Ref)):
+        return True
+    if isinstance(v, tuple) and depth < 8:
+        return all(_plain(x, depth + 1) for x in v)
+    return False
+
+
+def _flatten(mod: _Module, prefix: str, tensors: dict[str, tuple[int, ...]], unknown: list[str],
+             why: list[str]) -> None:
     for name, child in mod.children.items():
         path = f"{prefix}{name}"
         if child is _UNKNOWN:
             unknown.append(path)
+            why.append(mod.why.get(name, "an expression the reader does not evaluate"))
         elif isinstance(child, _Param):
             tensors[path] = child.shape
         elif isinstance(child, _Module):
-            _flatten(child, path + ".", tensors, unknown)
+            _flatten(child, path + ".", tensors, unknown, why)
 
 
 def parse_source(source: bytes) -> tuple[ast.Module | None, str]:
@@ -1309,10 +1497,12 @@ def read_reference(source: bytes, config: Mapping[str, Any]) -> Reference:
                                                                     "evaluate")
         tensors: dict[str, tuple[int, ...]] = {}
         unknown: list[str] = []
-        _flatten(mod, "", tensors, unknown)
+        whys: list[str] = []
+        _flatten(mod, "", tensors, unknown, whys)
         if stopped:
-            return Reference("ok", f"read up to {stopped}", tensors, ("", *unknown), rejected=rejected)
-        return Reference("ok", "", tensors, tuple(unknown), rejected=rejected)
+            return Reference("ok", f"read up to {stopped}", tensors, ("", *unknown), rejected=rejected,
+                             why=(stopped, *whys))
+        return Reference("ok", "", tensors, tuple(unknown), rejected=rejected, why=tuple(whys))
     except (RecursionError, MemoryError, TypeError, ValueError, KeyError, AttributeError, IndexError,
             _Break, _Continue, _Return) as exc:
         # bounded evaluation of arbitrary syntax: whatever slips past the bounds is "not read", never a crash

@@ -43,7 +43,7 @@ def _torch_state(path: Path, config: dict) -> dict[str, tuple[int, ...]]:
 
 
 def test_there_are_several_reference_definitions() -> None:
-    assert {"inferred", "release", "rms_blocks", "subclassed", "helpers", "conventional"} <= set(REFERENCES)
+    assert {"inferred", "release", "rms_blocks", "subclassed", "helpers", "conventional", "functional"} <= set(REFERENCES)
 
 
 @pytest.mark.parametrize("config", [RELEASE_CONFIG, TINY, ODD], ids=["release", "tiny", "odd"])
@@ -96,6 +96,14 @@ def _numel(shape: tuple[int, ...]) -> int:
     ("nn.TransformerEncoderLayer(8, 2, 12)", {}), ("nn.TransformerEncoderLayer(8, 2, bias=False)", {}),
     ("nn.TransformerDecoderLayer(d_model=8, nhead=4, dim_feedforward=20)", {}),
     ("nn.Sequential(nn.Linear(3, 4), nn.GELU(), nn.Dropout(), nn.Linear(4, 2))", {}),
+    ("nn.Conv1d(8, 4, 3)", {}), ("nn.Conv1d(8, 8, kernel_size=5, padding=2, groups=8, bias=False)", {}),
+    ("nn.Conv2d(6, 4, (3, 2), groups=2)", {}), ("nn.Conv3d(2, 3, 2)", {}),
+    ("nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 12), 3, enable_nested_tensor=False)", {}),
+    ("nn.TransformerEncoder(encoder_layer=nn.TransformerEncoderLayer(8, 2, bias=False), num_layers=2, "
+     "norm=nn.LayerNorm(8), enable_nested_tensor=False)", {}),
+    ("nn.TransformerDecoder(nn.TransformerDecoderLayer(8, 4, 16), 2, nn.RMSNorm(8))", {}),
+    ("nn.GRU(5, 7)", {}), ("nn.GRU(5, 7, num_layers=2, bidirectional=True, bias=False)", {}),
+    ("nn.LSTM(5, 7, 3)", {}), ("nn.LSTM(5, 7, num_layers=2, bidirectional=True, proj_size=3)", {}),
 ])
 def test_torch_layer_shapes_are_torchs_own(tmp_path: Path, source: str, kwargs: dict) -> None:
     code = f"import torch\nfrom torch import nn\n\nclass JointSchemaHead(nn.Module):\n    def __init__(self):\n" \
@@ -118,7 +126,7 @@ HEAD = "import torch\nfrom torch import nn\n\nclass JointSchemaHead(nn.Module):\
 
 
 @pytest.mark.parametrize("body, unknown", [
-    ("self.a = nn.Linear(width, 2)\n        self.b = nn.Conv1d(width, 2, 3)\n", ("b",)),
+    ("self.a = nn.Linear(width, 2)\n        self.b = nn.Bilinear(width, 2, 3)\n", ("b",)),
     ("self.a = nn.Linear(width, 2)\n        self.b = make_block(width)\n", ("b",)),
     ("if torch.cuda.is_available():\n            self.b = nn.Linear(2, 2)\n        self.a = nn.Linear(width, 2)\n",
      ("b",)),
@@ -136,10 +144,19 @@ HEAD = "import torch\nfrom torch import nn\n\nclass JointSchemaHead(nn.Module):\
      "        self.b = nn.Linear(width, 2)\n", ("",)),
     ("self.a = nn.Linear(width, 2)\n        self.s = nn.Parameter(torch.tensor(math.exp(1e6)))\n", ("s",)),
     ("self.a = nn.Linear(width, 2)\n        self.b = nn.Linear(int(math.sqrt(width)), 2)\n", ()),
+    # a statement the reader cannot evaluate that is given self, a module or a list may change the tree
+    ("self.a = nn.Linear(width, 2)\n        print(self)\n", ("",)),
+    ("self.a = nn.Linear(width, 2)\n        m = nn.Linear(2, 2)\n        register(m)\n        self.b = m\n", ("",)),
+    ("self.a = nn.Linear(width, 2)\n        blocks = []\n        fill(blocks)\n        self.b = nn.ModuleList(blocks)\n",
+     ("",)),
+    ("self.a = nn.Linear(width, 2)\n        if torch.cuda.is_available():\n            register(self.a)\n", ("",)),
+    ("self.a = nn.Linear(width, 2)\n        if torch.cuda.is_available():\n            if width:\n"
+     "                return\n        self.b = nn.Linear(2, 2)\n", ("",)),
 ])
 def test_what_the_reader_cannot_evaluate_is_an_unknown_subtree(body: str, unknown: tuple[str, ...]) -> None:
     ref = read_reference(("import math\n" + HEAD + "        " + body).encode(), {"width": 8})
     assert ref.status == "ok" and ref.unknown == unknown
+    assert len(ref.why) == len(ref.unknown) and all(w.startswith("line ") for w in ref.why), ref
     assert ref.tensors["a.weight"] == (2, 8)
 
 
@@ -184,6 +201,11 @@ def _hostile(marker: Path) -> dict[str, bytes]:
                              "        self.a = A()\n" + HEAD.split("\n\n", 1)[1] + "        self.x = A()\n").encode(),
         "huge-loop": (HEAD + "        for i in range(60000):\n            for j in range(60000):\n"
                       "                self.a = nn.Linear(i, j)\n").encode(),
+        "huge-encoder": (HEAD + "        self.e = nn.TransformerEncoder(nn.TransformerEncoder(nn.TransformerEncoderLayer"
+                         "(8, 2), 100), 600)\n").encode(),
+        "huge-encoders": (HEAD + "        e = nn.Sequential(*[nn.Linear(2, 2) for _ in range(300)])\n        self.l = "
+                          "nn.ModuleList([nn.TransformerEncoder(e, 20) for _ in range(1000)])\n").encode(),
+        "huge-rnn": (HEAD + "        self.g = nn.LSTM(4, 4, 30000, bidirectional=True)\n").encode(),
         "null-bytes": b"class JointSchemaHead:\x00\n",
         "not-utf8": b"\xff\xfe\x00class",
         "no-class": f"{run}\n".encode(),
@@ -201,7 +223,8 @@ def test_a_hostile_reference_is_never_run_and_never_crashes(tmp_path: Path, case
         assert ref.status == "invalid", ref
     if case in ("huge",):
         assert ref.status == "unread" and str(MAX_SOURCE_BYTES) in ref.reason
-    if case in ("self-recursion", "mutual-recursion", "huge-loop", "long-sum"):
+    if case in ("self-recursion", "mutual-recursion", "huge-loop", "long-sum", "huge-encoder", "huge-encoders",
+                "huge-rnn"):
         assert ref.status == "ok" and ref.unknown, ref
 
 
@@ -279,6 +302,13 @@ def test_an_untampered_file_with_its_own_norm_class_is_read(tmp_path: Path) -> N
     "self.b = self.format(width)\n\n    def format(self, w):\n        return nn.Linear(w, 3)\n",
     # an undecided if that only logs, and an initializer given to apply: names and shapes stay
     "if torch.cuda.is_available():\n            print('on a GPU')\n        self.b = nn.Linear(width, 2)\n",
+    # statements torch's tree does not depend on: printed, logged, warned, seeded
+    "print('building head', width)\n        self.b = nn.Linear(width, 2)\n",
+    "import logging\n        logging.getLogger(__name__).info('width %d', width)\n        self.b = nn.Linear(width, 2)\n",
+    "import warnings\n        warnings.warn(f'width {width}', stacklevel=2)\n        torch.manual_seed(0)\n"
+    "        self.b = nn.Linear(width, 2)\n",
+    "self.b = nn.Linear(width, 2)\n        n = width * 2\n        print(n, (n, 'x'), nn.Linear)\n"
+    "        self.c = nn.Linear(n, 2)\n",
     "self.b = nn.Linear(width, 2)\n        self.apply(self._init)\n\n    def _init(self, m):\n"
     "        if isinstance(m, nn.Linear):\n            nn.init.zeros_(m.weight)\n",
 ])
@@ -289,6 +319,31 @@ def test_the_reader_follows_plain_python_as_torch_runs_it(tmp_path: Path, body: 
     ref = read_reference(code.encode(), {"width": 8})
     assert (ref.status, ref.unknown, ref.reason) == ("ok", (), ""), ref
     assert ref.tensors == _torch_state(path, {"width": 8})
+
+
+_FUNCTIONS = ("def f0(w):\n    return nn.Linear(w, w)\n\ndef f1(w, depth=2):\n    return nn.Sequential(*[f0(w) for _ in "
+              "range(depth)])\n\ndef grow(blocks, w):\n    blocks.append(nn.LayerNorm(w))\n    return None\n\n")
+
+
+@pytest.mark.parametrize("body", [
+    "self.x = f0(width)\n",
+    "self.x = f1(width, depth=3)\n        self.y = f1(2)\n",
+    "self.l = nn.ModuleList([f0(width)])\n        grow(self.l, width)\n",
+])
+def test_module_level_functions_are_followed_as_torch_runs_them(tmp_path: Path, body: str) -> None:
+    code = HEAD.replace("\nclass ", "\n" + _FUNCTIONS + "class ", 1) + "        " + body
+    path = tmp_path / "joint_schema_model.py"
+    path.write_text(code)
+    ref = read_reference(code.encode(), {"width": 8})
+    assert (ref.status, ref.unknown, ref.reason) == ("ok", (), ""), ref
+    assert ref.tensors == _torch_state(path, {"width": 8})
+
+
+def test_a_function_the_reader_cannot_follow_is_an_unknown_subtree_named_by_line() -> None:
+    code = HEAD.replace("\nclass ", "\ndef f0(w):\n    return nn.Bilinear(w, w, w)\n\n\nclass ", 1) + \
+        "        self.a = nn.Linear(width, 2)\n        self.x = f0(width)\n"
+    ref = read_reference(code.encode(), {"width": 8})
+    assert (ref.unknown, ref.why, ref.reason) == (("x",), ("line 5: torch.nn.Bilinear",), ""), ref
 
 
 def test_a_head_taking_kwargs_is_read_from_them(tmp_path: Path) -> None:

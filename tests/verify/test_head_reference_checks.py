@@ -26,7 +26,7 @@ from clef_format.verify.checks.head import check_head
 from clef_format.verify.run import verify_checkpoint
 from tests.support.migrate import cli, migrate_json
 
-REFERENCES = ("inferred", "release", "rms_blocks", "subclassed", "helpers")
+REFERENCES = ("inferred", "release", "rms_blocks", "subclassed", "helpers", "functional")
 HEAD_ERRORS = {"head-incomplete", "head-unexpected", "head-config-invalid"}
 
 
@@ -294,3 +294,79 @@ def test_a_fact_found_after_the_reader_stopped_names_where_it_stopped_not_re_dow
     _release_head(root, UNREAD, entries)
     errors = [f for f in _not_backbone(_head_findings(root)) if f["severity"] == "error"]
     assert errors and all("re-download" not in f["fix"] and "line 6 (build_from)" in f["fix"] for f in errors), errors
+
+
+# ---- statements torch's tree does not depend on, module-level helpers, unknown subtrees
+def _last_layer(entries: dict) -> str:
+    return max({n.split(".")[1] for n in entries if n.startswith("layers.")}, key=int)
+
+
+@pytest.mark.parametrize("statement", [
+    'print("building head", width)',
+    'import logging\n        logging.getLogger(__name__).info("width %d", width)',
+    'import warnings\n        warnings.warn("building head")',
+])
+def test_a_printed_logged_or_warned_statement_does_not_stop_the_reader(fresh, statement: str) -> None:
+    """torch's load_state_dict fails with Missing keys on a head lacking a whole layer: so must verify."""
+    root = fresh("layout-2", "bf16", head_reference="inferred")
+    code = head_reference_code("inferred").replace("super().__init__()\n", f"super().__init__()\n        {statement}\n", 1)
+    (root / L.HEAD_CODE).write_text(code)
+    entries = _entries(root)
+    last = _last_layer(entries)
+    _write_head(root, {n: v for n, v in entries.items() if not n.startswith(f"layers.{last}.")})
+    findings = _head_findings(root)
+    assert not [f for f in findings if f["code"] == "head-code-invalid"], findings
+    assert any(f["severity"] == "error" and f["message"].endswith(f"lacks layers.{last} (18 tensors), which "
+                                                                     f"{L.HEAD_CODE} builds") for f in findings), findings
+
+
+_HELPERS = ("def f0(w):\n    return nn.Linear(w, w)\n\n\ndef f1(w):\n    return nn.Sequential(f0(w), nn.GELU(), f0(w))\n"
+            "\n\n")
+
+
+def _with_extra(root: Path, helpers: str, extra: str) -> None:
+    code = head_reference_code("inferred").replace("\nclass JointSchemaHead", "\n" + helpers + "class JointSchemaHead")
+    code = code.replace("super().__init__()\n", f"super().__init__()\n        self.x = {extra}\n", 1)
+    (root / L.HEAD_CODE).write_text(code)
+
+
+@pytest.mark.parametrize("extra", ["f0(width)", "f1(width)"])
+def test_a_module_built_by_a_helper_function_is_required(fresh, extra: str) -> None:
+    root = fresh("layout-2", "bf16", head_reference="inferred")
+    _with_extra(root, _HELPERS, extra)
+    findings = _head_findings(root)
+    assert not [f for f in findings if f["code"] in ("head-code-invalid", "head-names-inferred")], findings
+    assert any(f["severity"] == "error" and f["tensor"] == "x" for f in findings), findings
+
+
+def test_a_subtree_the_reader_cannot_tell_is_named_and_only_its_tensors_are_compared_to_inferred_names(fresh) -> None:
+    """Only x is unknown: an info names its line and construct; the head holding every tensor the reference
+    decided is not said to lack them, and x's tensors are judged by the facts."""
+    root = fresh("layout-2", "bf16", head_reference="inferred")
+    _with_extra(root, "def f0(w):\n    return nn.Bilinear(w, w, 1)\n\n\n", "f0(width)")
+    entries = _entries(root)
+    width = entries["type_embedding.weight"][1][1]
+    _write_head(root, {**entries, "x.weight": ("BF16", (1, width, width)), "x.bias": ("BF16", (1,))})
+    findings = _head_findings(root)
+    assert [f for f in findings if f["severity"] != "info"] == [], findings
+    (note,) = [f for f in findings if f["code"] == "head-code-invalid"]
+    line = (root / L.HEAD_CODE).read_text().split("\n").index("    return nn.Bilinear(w, w, 1)") + 1
+    assert f"x (built at line {line} (torch.nn.Bilinear))" in note["message"], note
+    inferred = " ".join(f["message"] for f in findings if f["code"] == "head-names-inferred")
+    assert not any(n in inferred for n in entries) and "lacks" not in inferred, inferred
+
+
+def test_at_the_release_config_a_small_unknown_subtree_leaves_the_decided_stacks_alone(fresh) -> None:
+    """The release head whose option_norm the reader cannot decide (an if on the device): the stacks the
+    reference decided are not reported missing from the unknown subtree, and nothing is an error."""
+    root = fresh("layout-2", "bf16")
+    code = head_reference_code("release").replace("\nclass EvidenceLayer", "\ndef norm(w):\n    return nn.LayerNorm(w) "
+                                                  "if torch.cuda.is_available() else nn.LayerNorm(w)\n\n\n"
+                                                  "class EvidenceLayer", 1)
+    code = code.replace("        self.option_norm = nn.LayerNorm(width)", "        self.option_norm = norm(width)")
+    _release_head(root, code)
+    findings = _not_backbone(_head_findings(root))
+    assert [f for f in findings if f["severity"] != "info"] == [], findings
+    (note,) = [f for f in findings if f["code"] == "head-code-invalid"]
+    assert "option_norm (built at line " in note["message"], note
+    assert not any("lacks" in f["message"] for f in findings), findings

@@ -74,8 +74,10 @@ def check_head(ck: Checkpoint, opts: VerifyOptions = DEFAULTS, vllm: VllmBuild |
     yield from config_findings
     if ref is not None and ref.fails_kind == "fails" and not config_findings:
         yield error("head-config-invalid", f"{config_rel}: {ref.fails}", file=config_rel, fix=_FIX)
-    rest = {n: v for n, v in tensors.items() if known is None or under(n, known.unknown)}
-    facts, stack_notes = _fact_problems(cfg, tensors, rest, ck.files.get(weights), fully_known)
+    # what the reference did not decide: the whole head without a reference read, else its unknown subtrees
+    scope = ("",) if known is None else known.unknown
+    rest = {n: v for n, v in tensors.items() if under(n, scope)}
+    facts, stack_notes = _fact_problems(cfg, tensors, rest, ck.files.get(weights), fully_known, scope)
     problems = exact + facts
     reported = {p.tensor for p in problems}
     problems += [p for p in dtype_problems(tensors) if p.tensor not in reported]
@@ -88,8 +90,9 @@ def check_head(ck: Checkpoint, opts: VerifyOptions = DEFAULTS, vllm: VllmBuild |
     if len(problems) > _MAX_FINDINGS:
         yield error("head-incomplete", f"{weights}: {len(problems) - _MAX_FINDINGS} more problem(s) not listed",
                     file=weights, fix=_FIX)
-    if known is None or known.unknown:  # (c): only where nothing exact was read, and only a note
-        notes = stack_notes + [p for p in inferred_problems(cfg, rest) if p.tensor not in reported]
+    if scope:  # (c): only for the tensors the reference did not decide, and only a note
+        notes = stack_notes + [p for p in inferred_problems(cfg, rest) if p.tensor not in reported
+                               and under(p.tensor, scope)]
         if notes:
             shown = "; ".join(p.message for p in notes[:5]) + (f"; {len(notes) - 5} more" if len(notes) > 5 else "")
             yield info("head-names-inferred",
@@ -111,22 +114,32 @@ def _reference_findings(ref: Reference | None) -> Iterator[Finding]:
         yield info("head-code-invalid", f"{L.HEAD_CODE} could not be followed statically past {_stop(ref)}, a "
                    "construct the static reader does not evaluate (valid Python is not an error); the joint head is "
                    "checked from the known facts only", file=L.HEAD_CODE)
+    elif ref.status == "ok" and ref.unknown and not ref.fails:
+        parts = [f"{path} (built at {_where(why)})" for path, why in zip(ref.unknown, ref.why)]
+        shown = "; ".join(parts[:5]) + (f"; {len(parts) - 5} more" if len(parts) > 5 else "")
+        yield info("head-code-invalid", f"{L.HEAD_CODE} was read statically except the module(s) {shown}: a "
+                   "construct the static reader does not evaluate (valid Python is not an error); the tensors under "
+                   "them are checked from the known facts only, the rest exactly", file=L.HEAD_CODE)
+
+
+def _where(why: str) -> str:
+    """``line 8: While`` -> ``line 8 (While)``."""
+    line, sep, what = why.partition(": ")
+    return f"{line} ({what})" if sep and line.startswith("line ") else why
 
 
 def _stop(ref: Reference) -> str:
     """Where the reader stopped: ``line 8 (While)``."""
-    where = ref.reason.removeprefix("read up to ")
-    line, sep, what = where.partition(": ")
-    return f"{line} ({what})" if sep and line.startswith("line ") else where
+    return _where(ref.reason.removeprefix("read up to "))
 
 
 def _fallback_fix(ref: Reference | None) -> str | None:
     """The fix of a fact finding when the reference file was there but the reader could not follow it: the
     cause may be the reader, so it says which fact the head contradicts and where the reader stopped, and
     does not send the user to re-download a head that may be fine. None when the reference was read or absent."""
-    if ref is None or ref.status == "invalid" or (ref.status == "ok" and not ref.reason):
+    if ref is None or ref.status == "invalid" or (ref.status == "ok" and not ref.reason and not ref.why):
         return None
-    where = _stop(ref) if ref.status == "ok" else ref.reason
+    where = (_stop(ref) if ref.reason else _where(ref.why[0])) if ref.status == "ok" else ref.reason
     return (f"the head contradicts the fact stated; {L.HEAD_CODE} could not be followed statically ({where}), so "
             "compare the head with the module tree that file builds at this config before replacing either")
 
@@ -182,8 +195,9 @@ def exact_problems(want: Mapping[str, tuple[int, ...]], tensors: _Tensors, unkno
 
 
 def _fact_problems(cfg: HeadConfig, tensors: _Tensors, rest: _Tensors, file_size: int | None,
-                   fully_known: bool) -> tuple[list[HeadProblem], list[HeadProblem]]:
-    """(b): (errors, notes) for the tensors the reference did not decide (``rest``).
+                   fully_known: bool, scope: tuple[str, ...]) -> tuple[list[HeadProblem], list[HeadProblem]]:
+    """(b): (errors, notes) for the tensors the reference did not decide (``rest``, under the module paths
+    ``scope``): a stack layer the reference decided is never reported missing from ``rest``.
 
     Errors: the published figures at the release config, torch's layer shapes wherever torch's names
     appear. The stack counts and symmetry hang on the stack names ``evidence_layers`` / ``layers`` and on
@@ -195,8 +209,8 @@ def _fact_problems(cfg: HeadConfig, tensors: _Tensors, rest: _Tensors, file_size
     if not fully_known and release:
         errors += _release_figures(tensors, file_size)
     if rest:
-        (errors if release else notes).extend(stack_problems(cfg, rest))
-        errors += torch_layer_problems(cfg, rest)
+        (errors if release else notes).extend(p for p in stack_problems(cfg, rest) if under(p.tensor, scope))
+        errors += [p for p in torch_layer_problems(cfg, rest) if p.kind == "config" or under(p.tensor, scope)]
     return errors, notes
 
 
