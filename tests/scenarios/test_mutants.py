@@ -261,7 +261,7 @@ MUTANTS = [
            ("tests/scenarios/test_migrate_crash.py::test_sigkill_then_abort_restores_the_original",)),
     # --- each tree read once (tests/migrate/test_reads_once.py counts the opens), the table threads
     Mutant("result-verified-again-after-swap", "clef_format/migrate/session.py",
-           '    if final is None or not report.extra["steps"]:', "    if True:",
+           '    if final is None or not details.steps:', "    if True:",
            ("tests/migrate/test_reads_once.py",)),
     Mutant("table-threads-ignore-the-cores-given", "clef_format/migrate/table_stream.py",
            "    return WORKERS or max(1, cores_given() // max(1, tables_at_once))",
