@@ -102,7 +102,7 @@ def baselines(checkpoint: Callable, scratch: Path) -> dict[str, dict[str, Path]]
         with_ref = scratch / "diff-base" / name / "manifest"
         shutil.copytree(src, with_ref)
         report = make_manifest(str(with_ref))
-        assert report.details.get("written"), report.findings
+        assert report.details.written, report.findings
         out[name] = {"bare": bare, "manifest": with_ref}
     return out
 
