@@ -75,6 +75,8 @@ def gather_references(ck: Checkpoint) -> tuple[dict[str, Reference], list[str], 
     blocked: set[str] = set()  # metadata files or folders already reported unreadable
     if entries is not None:
         for rel in sorted(set(entries) - set(ck.files)):
+            if ck.reported(rel):  # there, but never read (path-escape, special-file): the reader says why
+                continue
             findings.append(error("missing-file", f"{rel} is listed in {MANIFEST_NAME} but absent", file=rel,
                                   fix="restore it from the original download"))
     for rel, size in sorted(ck.files.items()):

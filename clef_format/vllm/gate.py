@@ -32,6 +32,10 @@ if TYPE_CHECKING:
     from clef_format.read.checkpoint import Checkpoint
     from clef_format.vllm.content import ContentCheck
 
+#: The reader's errors about files it could not or would not read (as verify reports them): refused before
+#: anything else, which would otherwise judge a checkpoint with those files seemingly absent.
+READING_CODES = ("unreadable", "path-escape", "special-file")
+
 #: What the hooks accept as a checkpoint: a directory (str, bytes or path-like), a cached repo id, or one
 #: already read.
 CheckpointSource = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]", "Checkpoint"]
@@ -106,10 +110,11 @@ def check_checkpoint(source: CheckpointSource, plugin_version: str, vllm_version
     hashing = hashing_wanted(check_references)
 
     ck = open_checkpoint(_source_argument(source))
-    if ck.unreadable:
-        first = next(f for f in ck.findings if f.code == "unreadable")
-        raise IncompatibleError("unreadable", first.message, first.fix or "make the checkpoint readable",
-                                [f for f in ck.findings if f.code == "unreadable"])
+    reading = [f for f in ck.findings if f.severity == "error" and f.code in READING_CODES]
+    if reading:  # what could not (or must never) be read comes first: the layout and marker checks would guess
+        first = reading[0]
+        more = f" (and {len(reading) - 1} more: {', '.join(sorted({f.code for f in reading[1:]}))})" if len(reading) > 1 else ""
+        raise IncompatibleError(first.code, first.message + more, first.fix or "make the checkpoint readable", reading)
     path = str(ck.root)
     ck.vllm_version = vllm_version or running_vllm()
     content = content_check(ck, hashing, check_references)  # hashing starts now, on every core
