@@ -113,8 +113,7 @@ def check_checkpoint(source: CheckpointSource, plugin_version: str, vllm_version
     reading = [f for f in ck.findings if f.severity == "error" and f.code in READING_CODES]
     if reading:  # what could not (or must never) be read comes first: the layout and marker checks would guess
         first = reading[0]
-        more = f" (and {len(reading) - 1} more: {', '.join(sorted({f.code for f in reading[1:]}))})" if len(reading) > 1 else ""
-        raise IncompatibleError(first.code, first.message + more, first.fix or "make the checkpoint readable", reading)
+        raise IncompatibleError(first.code, first.message + _more(reading), first.fix or "make the checkpoint readable", reading)
     path = str(ck.root)
     ck.vllm_version = vllm_version or running_vllm()
     content = content_check(ck, hashing, check_references)  # hashing starts now, on every core
@@ -130,10 +129,30 @@ def check_checkpoint(source: CheckpointSource, plugin_version: str, vllm_version
     errors = hashed + errors  # a file that is not the download's first (an edited marker too): re-downloading it is the fix
     if errors:
         first = errors[0]
-        more = f" (and {len(errors) - 1} more: {', '.join(sorted({f.code for f in errors[1:]}))})" if len(errors) > 1 else ""
-        raise IncompatibleError(first.code, first.message + more,
+        raise IncompatibleError(first.code, first.message + _more(errors),
                                 first.fix or f"run clef-format verify {path} and fix what it reports", errors)
     return ck
+
+
+#: Files named per code in a refusal's message (the findings list holds them all).
+MORE_FILES = 20
+
+
+def _more(errors: list) -> str:
+    """The errors after the first, in the refusal's one line: each code with the files it names (two
+    edited files are both named, not one and a count)."""
+    if len(errors) < 2:
+        return ""
+    by_code: dict[str, list[str]] = {}
+    for f in errors[1:]:
+        by_code.setdefault(f.code, [])
+        if f.file is not None and f.file not in by_code[f.code]:
+            by_code[f.code].append(f.file)
+    parts = []
+    for code, files in sorted(by_code.items()):
+        shown = ", ".join(files[:MORE_FILES]) + (f" and {len(files) - MORE_FILES} more" if len(files) > MORE_FILES else "")
+        parts.append(f"{code} [{shown}]" if files else code)
+    return f" (and {len(errors) - 1} more: {'; '.join(parts)})"
 
 
 def _streamed_errors(ck: "Checkpoint") -> list:
