@@ -399,3 +399,25 @@ def test_corrupt_local_dir_metadata_is_said_to_be_corrupt(source: Path, tmp_path
         assert _refusal(root) is None
     text = " ".join(r.getMessage() for r in caplog.records)
     assert "config.json.metadata is corrupt or unreadable" in text, text
+
+
+@pytest.mark.parametrize("bogus", ["clef_head/../tokenizer.json", "./tokenizer.json"])
+def test_a_non_normalized_manifest_entry_is_a_finding_of_the_manifest(
+        source: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, bogus: str) -> None:
+    """A manifest entry that normalizes onto another file's (a second entry for tokenizer.json): a finding
+    of the manifest, never a stand-in for the real entry (a bogus hash-mismatch of the good file)."""
+    import json
+
+    from clef_format.verify.run import verify
+
+    root = manifest_folder(source, tmp_path)
+    manifest = json.loads((root / "clef_manifest.json").read_text())
+    manifest["files"][bogus] = {"size": manifest["files"]["tokenizer.json"]["size"], "blake3": "0" * 64}
+    (root / "clef_manifest.json").write_text(json.dumps(manifest))
+    report = verify(str(root), plugin_version=PLUGIN, deep=True)
+    assert not any(f.code == "hash-mismatch" for f in report.findings), report.findings
+    (bad,) = [f for f in report.findings if f.code == "bad-config" and f.file == "clef_manifest.json"]
+    assert bogus in bad.message and "two entries for one file" in bad.message and bad.severity == "error"
+    with caplog.at_level(logging.WARNING, logger="clef_format.gate"):
+        assert _refusal(root) is None  # the engine never reads the manifest: logged, as any unusable reference
+    assert any(bogus in r.getMessage() for r in caplog.records)
