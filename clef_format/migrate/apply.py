@@ -95,7 +95,7 @@ def _check_carried(entries: list[str], plan: Plan, target: Target) -> dict[str, 
 
 
 def _walk_entries(root: str) -> Any:
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, dirnames, filenames in fsutil.tree_walk(root):
         for name in dirnames + filenames:
             yield os.path.join(dirpath, name)
 
@@ -149,6 +149,8 @@ def _refuse_if_changed(before: TreeState, ck: Checkpoint, target: Target, exc: O
     linked before the failure are not known."""
     try:
         changed = changes(before, source_state(ck, target), frozenset(before.entries))
+    except fsutil.TreeTooDeep as deep:  # a folder nested past the limit appeared meanwhile
+        raise SourceChanged(ck.root, [f"{deep.strerror} now"]) from None
     except OSError:
         return
     if changed:
@@ -256,11 +258,16 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
         try:
             now = source_state(ck, target)
         except OSError as exc:  # an entry gone, or no longer readable: not the tree that was staged
-            where = os.path.relpath(exc.filename, ck.root) if exc.filename else "."
+            where = fsutil.short_rel(os.path.relpath(exc.filename, ck.root)) if exc.filename else "."
+            if isinstance(exc, fsutil.TreeTooDeep):
+                raise SourceChanged(ck.root, [f"{exc.strerror} now"]) from None
             raise SourceChanged(ck.root, [f"{where} cannot be read again ({exc.strerror or exc})"]) from None
         changed = changes(before, now, linked)
         if changed:
             raise SourceChanged(ck.root, changed)
+        written = fsutil.output_written(target)
+        if written:  # the --output was made or filled meanwhile: the exchange would move that into the workspace
+            raise SourceChanged(target.path, written)
 
     swap_in(target, journal, recheck)
     t3 = time.perf_counter()

@@ -2,7 +2,9 @@
 
 Carrying an unchanged file tries, in order: a reflink (copy-on-write clone: shares blocks, never
 shares later writes), a hard link (same inode; not used for Hugging Face blobs, whose content a
-write through the link would corrupt), then a copy with ``copy_file_range``.
+write through the link would corrupt), then a copy with ``copy_file_range`` of the file's data
+extents only (``fileio.data_extents``: its holes stay holes). Every file and folder migrate makes in place of
+one of the source's gets that one's extended attributes, POSIX ACLs included (``sync_xattrs``).
 """
 
 from __future__ import annotations
@@ -13,8 +15,13 @@ import fcntl
 import os
 import shutil
 import stat
+from typing import Iterator
 
 from clef_format.read.paths import inside
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from clef_format.migrate.workspace import Target
 
 RENAME_EXCHANGE = 2
 AT_FDCWD = -100
@@ -44,6 +51,52 @@ def mode_for(predecessor: str) -> int:
     except OSError:
         pass
     return 0o666 & ~umask()
+
+
+#: Where the destination cannot hold an attribute (no xattrs on that filesystem, a namespace this
+#: user may not write, such as ``trusted.*`` or ``security.*`` without the capability): not carried.
+_XATTR_UNSUPPORTED = (errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM, errno.EACCES, errno.EINVAL)
+
+
+def sync_xattrs(src: str, dst: "str | int") -> None:
+    """Give ``dst`` (a path or an open fd) exactly the extended attributes of ``src`` (``user.*``, the
+    POSIX ACLs ``system.posix_acl_access`` / ``_default``, and ``trusted.*`` / ``security.*`` where this
+    process may set them); those ``dst`` got elsewhere (an inherited default ACL) are removed. A file
+    migrate writes anew in place of another keeps what the user had set on it. Where either side
+    keeps none (no xattr support), nothing is done; any other failure raises."""
+    try:
+        names = os.listxattr(src, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno in _XATTR_UNSUPPORTED or exc.errno == errno.ENODATA:
+            return
+        raise
+    want = {}
+    for name in names:
+        try:
+            want[name] = os.getxattr(src, name, follow_symlinks=False)
+        except OSError as exc:
+            if exc.errno in _XATTR_UNSUPPORTED or exc.errno == errno.ENODATA:
+                continue
+            raise
+    try:
+        have = os.listxattr(dst)
+    except OSError as exc:
+        if exc.errno in _XATTR_UNSUPPORTED:
+            return
+        raise
+    for name in have:
+        if name not in want:
+            try:
+                os.removexattr(dst, name)
+            except OSError as exc:
+                if exc.errno not in _XATTR_UNSUPPORTED and exc.errno != errno.ENODATA:
+                    raise
+    for name, value in want.items():
+        try:
+            os.setxattr(dst, name, value)
+        except OSError as exc:
+            if exc.errno not in _XATTR_UNSUPPORTED:
+                raise
 
 
 def fsync_dir(path: str) -> None:
@@ -85,7 +138,9 @@ def copy_file(src: str, dst: str) -> None:
     size = os.stat(src).st_size
     with open(src, "rb") as s, open(dst, "wb") as d:
         copy_range(s.fileno(), d.fileno(), 0, size, lambda n: None)
+        os.ftruncate(d.fileno(), size)  # a hole at the end: the size, without writing it
         os.fsync(d.fileno())
+    sync_xattrs(src, dst)
     shutil.copystat(src, dst)
 
 
@@ -99,6 +154,7 @@ def carry(src: str, dst: str, link_first: bool, allow_hardlink: bool) -> str:
     if link_first and allow_hardlink and _link(src, dst):
         return "link"
     if reflink(src, dst):
+        sync_xattrs(src, dst)
         shutil.copystat(src, dst)
         return "reflink"
     if allow_hardlink and _link(src, dst):
@@ -140,10 +196,11 @@ def replicate(src_root: str, dst_root: str, skip: set[str], in_place: bool, allo
     longer match) is left behind. Returns rel -> how each file came over.
     """
     how: dict[str, str] = {}
-    for dirpath, dirnames, filenames in os.walk(src_root, followlinks=False):
+    for dirpath, dirnames, filenames in tree_walk(src_root):
         rel_dir = os.path.relpath(dirpath, src_root)
         out_dir = os.path.normpath(os.path.join(dst_root, rel_dir))
         os.makedirs(out_dir, exist_ok=True)
+        sync_xattrs(dirpath, out_dir)  # before its files: a default ACL is inherited as in the source
         if not in_place and rel_dir == ".":
             dirnames[:] = [d for d in dirnames if d != ".cache"]
         for name in list(dirnames) + filenames:
@@ -179,9 +236,54 @@ def replicate(src_root: str, dst_root: str, skip: set[str], in_place: bool, allo
     return how
 
 
+def tree_walk(root: str) -> Iterator[tuple[str, list[str], list[str]]]:
+    """``os.walk(root)`` for migrate: iterative (``os.walk`` recurses on Python 3.11: a folder nested
+    ~1,000 deep raised ``RecursionError``), symlinks never followed, and no folder skipped in silence: one
+    that cannot be listed, or lies deeper than the reader's ``MAX_DEPTH``, raises ``OSError`` (the
+    caller's rollback and its check of the source say what changed)."""
+    from clef_format.read.walk import walk
+
+    def unlistable(exc: OSError) -> None:
+        raise exc
+
+    def too_deep(path: str) -> None:
+        raise TreeTooDeep(path, root)
+
+    return walk(root, onerror=unlistable, too_deep=too_deep)
+
+
+class TreeTooDeep(OSError):
+    """A folder nested deeper than the reader descends (``read.walk.MAX_DEPTH``): never walked below."""
+
+    def __init__(self, path: str, root: str) -> None:
+        from clef_format.read.walk import MAX_DEPTH
+
+        rel = os.path.relpath(path, root)
+        super().__init__(errno.ELOOP, f"{short_rel(rel)} nests more than {MAX_DEPTH} folders deep", path)
+
+
+def short_rel(rel: str) -> str:
+    """A relative path fit for a message: a deep or long one as its first folder and ``/...``."""
+    return rel if len(rel) <= 200 and rel.count("/") < 8 else f"{rel.split('/', 1)[0][:100]}/..."
+
+
+def output_written(target: Target) -> list[str]:
+    """What an ``--output`` holds that the run did not put there, checked under the lock just before the
+    exchange: it was absent or empty when the run began (else refused), so anything in it now is
+    someone's, and the exchange would move it into the workspace to be deleted. Empty: nothing."""
+    path = target.path
+    if target.in_place or not os.path.lexists(path):
+        return []
+    if os.path.islink(path) or not os.path.isdir(path):
+        return [f"{path} was created meanwhile (not a folder)"]
+    names = sorted(os.listdir(path))
+    return [f"{name} was created in the --output" for name in names]
+
+
 def finish_tree(src_root: str, dst_root: str) -> None:
     """Give the new tree's directories the source's permission bits, and fsync every one of them."""
-    for dirpath, dirnames, _ in os.walk(dst_root, topdown=False):
+    folders = [dirpath for dirpath, _, _ in tree_walk(dst_root)]
+    for dirpath in reversed(folders):  # each folder after everything below it (a read-only mode comes last)
         rel_dir = os.path.relpath(dirpath, dst_root)
         src_dir = os.path.normpath(os.path.join(src_root, rel_dir))
         if os.path.isdir(src_dir) and not os.path.islink(src_dir):

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from clef_format.errors import CouldNotRun, Refused
+from clef_format.migrate.crash import crashpoint
 from clef_format.progress import NO_PROGRESS, Progress
 from clef_format.read.checkpoint import open_checkpoint
 from clef_format.read.hashing import HashTask, hash_many
@@ -27,12 +28,14 @@ def write_manifest(root: str, manifest: dict[str, Any]) -> str:
     """Write atomically (temp file, fsync, rename) so a crash never leaves half a manifest."""
     if in_hf_cache(root):
         raise Refused("manifest-refused", f"{root} is inside a Hugging Face cache, which clef-format never writes to")
-    from clef_format.migrate.fsutil import fsync_dir, mode_for
+    from clef_format.migrate.fsutil import fsync_dir, mode_for, sync_xattrs
 
     target = os.path.join(root, MANIFEST_NAME)
     mode = mode_for(target)
     fd, tmp = tempfile.mkstemp(prefix=".clef_manifest.", suffix=".tmp", dir=root)
     try:
+        if os.path.isfile(target) and not os.path.islink(target):
+            sync_xattrs(target, fd)  # the manifest it replaces keeps its xattrs and ACL
         os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(manifest, fh, indent=1, sort_keys=True)
@@ -56,9 +59,12 @@ def writer_lock(root: str, code: str = "manifest-refused",
     ``Refused`` (``code``, with ``fix``) while a migrate runs. Where the folder beside ``root`` is not
     writable no lock file can be made, and no migrate can run in place there either: nothing to hold."""
     from clef_format.migrate.preflight import lock_held
-    from clef_format.migrate.workspace import Lock, make_target
+    from clef_format.migrate.workspace import Lock, make_target, name_too_long
 
     target = make_target(root, None)
+    if name_too_long(target):  # no lock can be named beside it, so no migrate can run on it: nothing to hold
+        yield
+        return
     if not os.access(target.parent, os.W_OK | os.X_OK):
         if lock_held(target):
             raise Refused(code, f"a clef-format migrate is working on {root}; nothing was written", fix)
@@ -89,14 +95,50 @@ def make_manifest(path: str, force: bool = False, progress: Progress | None = No
             fix=f"clef-format verify {path} --deep already checks it against the cache's blob names")], details)
     try:
         with writer_lock(ck.root):
+            before = _state(ck.root)  # taken before the files are read: a change after it is seen
             ck = open_checkpoint(path)  # read again under the lock: what a migrate that just ended left
-            return _make_manifest_locked(ck, path, force, progress, details)
+            return _make_manifest_locked(ck, path, force, progress, details, before)
     except Refused as exc:
         return make_report("manifest", path, layout, [error(exc.code, exc.message, fix=exc.fix)], details)
 
 
+def _state(root: str) -> Any:
+    """The checkpoint's state (``migrate.tree_state``) to prove before writing; None for a tree nested past
+    the reader's limit (the reader refuses it anyway: only ``--force`` writes there, without the proof).
+    Anything else that cannot be looked at is ``CouldNotRun`` naming it and the cause."""
+    from clef_format.migrate.fsutil import TreeTooDeep, short_rel
+    from clef_format.migrate.tree_state import snapshot
+
+    try:
+        return snapshot(root)
+    except TreeTooDeep:
+        return None
+    except OSError as exc:
+        where = short_rel(os.path.relpath(exc.filename, root)) if isinstance(exc.filename, str) else "."
+        raise CouldNotRun(f"{where} cannot be read: {exc.strerror or exc}; nothing was written",
+                          fix="make it readable (chmod / chown), or run as a user who can read the whole "
+                              "checkpoint") from None
+
+
+def _changed_meanwhile(root: str, before: Any) -> list[str]:
+    """What changed in the checkpoint since ``before``, proven after hashing and before writing: a file
+    edited, added or removed meanwhile would be described by the manifest as it was, and ``verify
+    --deep`` would then call the user's own edit damage."""
+    from clef_format.migrate.fsutil import short_rel
+    from clef_format.migrate.tree_state import changes, snapshot
+
+    if before is None:
+        return []
+    try:
+        now = snapshot(root)
+    except OSError as exc:  # gone or unreadable since: not the tree that was hashed
+        where = short_rel(os.path.relpath(exc.filename, root)) if isinstance(exc.filename, str) else "."
+        return [f"{where} cannot be read again ({exc.strerror or exc})"]
+    return changes(before, now)
+
+
 def _make_manifest_locked(ck: Any, path: str, force: bool, progress: Progress | None,
-                          details: dict[str, Any]) -> Report:
+                          details: dict[str, Any], before: Any = None) -> Report:
     layout = str(ck.layout)
     errors = [f for f in ck.findings if f.severity == "error"]
     if errors and not force:
@@ -123,11 +165,21 @@ def _make_manifest_locked(ck: Any, path: str, force: bool, progress: Progress | 
     if unreadable:
         raise CouldNotRun("cannot read " + "; ".join(unreadable))
     digests = {r.key: r.digest for r in results if r.digest is not None}
+    crashpoint("stage")
+    changed = _changed_meanwhile(ck.root, before)
+    if changed:
+        shown = "; ".join(changed[:5]) + (f"; and {len(changed) - 5} more" if len(changed) > 5 else "")
+        return make_report("manifest", path, layout, [error(
+            "manifest-refused", f"{ck.root} changed while its files were hashed ({shown}): the manifest would "
+            "describe them as they were; nothing was written",
+            fix=f"clef-format manifest {path} again, once nothing else writes the checkpoint")], details)
+    crashpoint("swap")
     try:
         target = write_manifest(ck.root, build_manifest(digests, files))
     except OSError as exc:
         raise CouldNotRun(f"cannot write the manifest in {ck.root}: {exc.strerror or exc}", code="unwritable",
                           fix="make the checkpoint directory writable, or run as its owner") from None
+    crashpoint("cleanup")
     details.update({"written": target, "files": len(digests), "bytes": sum(files.values())})
     return make_report("manifest", path, layout, [], details)
 

@@ -71,6 +71,14 @@ def what(target: Target, journal: Journal | None) -> str:
     return f"{journal.revision} {journal.direction} from {journal.source}, {journal.phase_name}"
 
 
+def running_message(target: Target, journal: Journal | None, display: str, holder: str) -> str:
+    """``--current`` while a migrate holds the lock on ``target``: it is running, not interrupted; nothing
+    is to be resumed or rolled back (``--abort`` is refused while it runs)."""
+    doing = f" ({journal.revision} {journal.direction} from {journal.source}, {journal.phase_name})" if journal else ""
+    return (f"a clef-format migrate (pid {holder}) is running on {display} now{doing}: wait for it to finish, "
+            f"then clef-format migrate {display} --current shows the result")
+
+
 def litter_message(target: Target, display: str) -> str:
     """``--current`` about a workspace or lock with no journal: migrate's litter, or someone's folder."""
     lock = foreign_lock(target.lock_path)
@@ -116,9 +124,14 @@ def report_interrupted(target: Target, journal: Journal | None, display: str, *,
     report.extra.update({"from": journal.from_layout if journal else None, "to": journal.to_layout if journal else None,
                          "dry_run": dry_run, "steps": [], "output": None, "recovered": []})
     if current:
+        from clef_format.migrate.workspace import lock_holder
+
         report.extra["revision"] = None
         report.extra["pending"] = journal.pending() if journal else None
-        if os.path.lexists(target.ws):
+        holder = lock_holder(target)
+        if holder is not None:
+            report.extra["message"] = running_message(target, journal, display, holder)
+        elif os.path.lexists(target.ws):
             report.extra["message"] = (f"{display} does not exist: an interrupted migrate into it waits beside it "
                                        f"({what(target, journal)}); {resume_fix(target, journal, display)}")
         else:

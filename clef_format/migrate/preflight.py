@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from dataclasses import dataclass
@@ -80,15 +81,25 @@ def survey(root: str, in_place: bool) -> Survey:
         unseen.append(exc)
         dev = -1
 
-    def walk(dirpath: str, rel_dir: str) -> None:
+    from clef_format.migrate.fsutil import TreeTooDeep, short_rel
+    from clef_format.read.walk import MAX_DEPTH
+
+    def listed(dirpath: str, rel_dir: str) -> list[os.DirEntry[str]] | None:
+        """The folder's entries (sorted), recorded; None when it cannot be listed (a problem recorded)."""
         try:
             with os.scandir(dirpath) as it:
                 items = sorted(it, key=lambda e: e.name)
         except OSError as exc:
             unseen.append(exc)
-            problems.append(CouldNotRun(f"{rel_dir or '.'} cannot be listed: {exc.strerror or exc}; nothing was "
-                                        "written", fix=fix))
-            return
+            if exc.errno == errno.ENAMETOOLONG:
+                problems.append(MigrateRefused(
+                    f"{short_rel(rel_dir)} has a path longer than this system opens ({len(dirpath)} bytes; PATH_MAX "
+                    "is 4096): migrate cannot carry it; nothing was written",
+                    f"shorten the folder names under {rel_dir.split('/', 1)[0][:100]}, then run migrate again"))
+            else:
+                problems.append(CouldNotRun(f"{short_rel(rel_dir or '.')} cannot be listed: {exc.strerror or exc}; "
+                                            "nothing was written", fix=fix))
+            return None
         if not rel_dir:
             items = [i for i in items if i.name not in skip_top]
         listings[rel_dir or "."] = tuple(i.name for i in items)
@@ -101,14 +112,26 @@ def survey(root: str, in_place: bool) -> Survey:
                 problems.append(MigrateRefused(f"{rel_dir} is not writable by this user (owner uid {owner}): after "
                                                "the swap the old copy of it could not be removed; nothing was written",
                                                "make it writable (chown / chmod), or use --output DIR"))
-        for item in items:
+        return items
+
+    def walk(top: str) -> None:
+        """Every entry in walk order (a folder's entries right after it), with an explicit stack: a folder
+        nested ~1,000 deep is a refusal at the reader's depth limit, never a RecursionError."""
+        first = listed(top, "")
+        stack = [("", 0, iter(first))] if first is not None else []
+        while stack:
+            rel_dir, depth, items = stack[-1]
+            item = next(items, None)
+            if item is None:
+                stack.pop()
+                continue
             rel = f"{rel_dir}/{item.name}" if rel_dir else item.name
             try:
                 st = os.lstat(item.path)
             except OSError as exc:
                 unseen.append(exc)
-                problems.append(CouldNotRun(f"{rel} cannot be read: {exc.strerror or exc}; nothing was written",
-                                            fix=fix))
+                problems.append(CouldNotRun(f"{short_rel(rel)} cannot be read: {exc.strerror or exc}; nothing was "
+                                            "written", fix=fix))
                 continue
             ids[rel] = identity(st)
             entries.append(rel)
@@ -118,13 +141,22 @@ def survey(root: str, in_place: bool) -> Survey:
                 if st.st_dev != dev or os.path.ismount(item.path):
                     mounts.append(rel)
                     continue
-                walk(item.path, rel)
+                if depth + 1 > MAX_DEPTH:
+                    deep = TreeTooDeep(item.path, real)
+                    unseen.append(deep)
+                    problems.append(MigrateRefused(
+                        f"{deep.strerror} (tree-too-deep): migrate carries no folder below that; nothing was written",
+                        f"remove the deeply nested folders under {rel.split('/', 1)[0]}, then run migrate again"))
+                    continue
+                inner = listed(item.path, rel)
+                if inner is not None:
+                    stack.append((rel, depth + 1, iter(inner)))
             elif stat.S_ISREG(st.st_mode):
                 try:
                     os.close(os.open(item.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW))
                 except OSError as exc:
-                    problems.append(CouldNotRun(f"{rel} cannot be read: {exc.strerror or exc}; nothing was written",
-                                                fix=fix))
+                    problems.append(CouldNotRun(f"{short_rel(rel)} cannot be read: {exc.strerror or exc}; nothing "
+                                                "was written", fix=fix))
             elif not stat.S_ISLNK(st.st_mode):
                 kind = next((name for test, name in _SPECIAL if test(st.st_mode)), "a special file")
                 problems.append(MigrateRefused(f"{rel} is {kind}: migrate carries only regular files, folders and "
@@ -132,7 +164,7 @@ def survey(root: str, in_place: bool) -> Survey:
                                                f"move {rel} out of the checkpoint, then run migrate again"))
 
     if not unseen:
-        walk(real, "")
+        walk(real)
     else:  # the root itself cannot be looked at: say it as a listing would
         problems.append(CouldNotRun(f". cannot be listed: {unseen[0].strerror or unseen[0]}; nothing was written",
                                     fix=fix))
@@ -167,10 +199,15 @@ def lock_held(target: Target) -> bool:
 def preflight(target: Target, plan: Plan | None, snapshot: bool, check_lock: bool) -> list[MigrateRefused]:
     """Why the write would fail, found before it starts: read-only places, a target that cannot be
     swapped by rename (a mount point, another filesystem), a lock held, not enough space."""
+    from clef_format.migrate.workspace import name_too_long
+
     out: list[MigrateRefused] = []
     parent = target.parent
     if not os.path.isdir(parent):
         return [MigrateRefused(f"{parent} does not exist", "create the parent folder of --output first")]
+    too_long = name_too_long(target)
+    if too_long:
+        return [too_long]
     exists = os.path.lexists(target.path)
     use_output = "use --output DIR (a new folder) on a writable disk"
     try:

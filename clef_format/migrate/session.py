@@ -19,6 +19,7 @@ from typing import Any
 from clef_format.errors import CouldNotRun, MigrateRefused, NonFiniteRows, PathNotFound, Refused, UsageError
 from clef_format.migrate.apply import SourceChanged, run_plan
 from clef_format.migrate.crash import check_crash_env
+from clef_format.migrate.fsutil import TreeTooDeep
 from clef_format.migrate.preflight import carried_by_link, check_space, preflight, survey
 from clef_format.migrate.recovery import ANY_STEP, Action, carry_out
 from clef_format.migrate.swap import CleanupIncomplete, SwapFailed
@@ -151,7 +152,12 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
         from clef_format.verify.checks.layout import check_layout
 
         report.findings.extend(check_layout(ck))  # what the layout means for serving, as verify says it
-        if journal and journal.in_place is False:  # PATH is the output of an interrupted --output run
+        from clef_format.migrate.workspace import lock_holder
+
+        holder = lock_holder(target)
+        if holder is not None:  # not interrupted: running now (it holds its lock), so nothing to resume or abort
+            report.extra["message"] = pending.running_message(target, journal, display, holder)
+        elif journal and journal.in_place is False:  # PATH is the output of an interrupted --output run
             report.extra["message"] = (f"an interrupted migrate into {display} waits ({pending.what(target, journal)}): "
                                        f"{pending.resume_fix(target, journal, display)}")
         elif journal:
@@ -162,7 +168,7 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
             report.extra["message"] = (f"an interrupted migrate waits ({pending.what(target, journal)}): clef-format "
                                        f"migrate {display} --to {journal.to_layout}: {will}; clef-format migrate "
                                        f"{display} --abort: {back}")
-        if journal is None and (os.path.lexists(target.ws) or os.path.lexists(target.lock_path)):
+        if holder is None and journal is None and (os.path.lexists(target.ws) or os.path.lexists(target.lock_path)):
             report.extra["message"] = pending.litter_message(target, display)
         outputs = pending.outputs_beside(target.source) if target.in_place else []
         if outputs:  # an --output run from this checkpoint, interrupted, with its workspace in the same folder
@@ -213,7 +219,12 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
             if decided is None and not finished_output and surveyed.state is not None and ck.root == target.source:
                 before = surveyed.state  # no interrupted run: nothing changed the tree since it was surveyed and read
             else:  # a recovery changed it, or the read named it by another path: read it again
-                before = snapshot(target.source, frozenset() if target.in_place else frozenset({".cache"}))
+                try:
+                    before = snapshot(target.source, frozenset() if target.in_place else frozenset({".cache"}))
+                except TreeTooDeep as exc:  # nested past the limit since the survey: refused as the survey does
+                    raise MigrateRefused(f"{exc.strerror} (tree-too-deep): migrate carries no folder below that; "
+                                         "nothing was written", "remove the deeply nested folders, then run "
+                                         "migrate again") from None
                 ck = read_checkpoint(target.source)  # read after its state was taken: a change since is seen
                 given = Given(journal=given.journal)  # surveyed and preflighted again, as a new source
             _run_steps(ck, target, opts, report, display, progress, before, given)

@@ -43,24 +43,28 @@ def snapshot(root: str, skip_top: frozenset[str] = frozenset()) -> TreeState:
     cannot be looked at (one that vanished while the tree was read included): a state is never
     guessed. ``root`` is resolved first: a symlink to the
     checkpoint is the folder it leads to, whichever of the two names a caller holds."""
+    from clef_format.migrate.fsutil import TreeTooDeep
+    from clef_format.read.walk import MAX_DEPTH
+
     root = os.path.realpath(root)
     entries: dict[str, Identity] = {".": identity(os.lstat(root))}
     listings: dict[str, tuple[str, ...]] = {}
-
-    def walk(path: str, rel: str) -> None:
+    stack = [(root, "", 0)]  # iterative: a folder nested ~1,000 deep is a finding, never a RecursionError
+    while stack:
+        path, rel, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise TreeTooDeep(path, root)
         names = sorted(os.listdir(path))
         if not rel:
             names = [n for n in names if n not in skip_top]
         listings[rel or "."] = tuple(names)
-        for name in names:
+        for name in reversed(names):
             child_rel = f"{rel}/{name}" if rel else name
             child = os.path.join(path, name)
             st = os.lstat(child)
             entries[child_rel] = identity(st)
             if stat.S_ISDIR(st.st_mode):
-                walk(child, child_rel)
-
-    walk(root, "")
+                stack.append((child, child_rel, depth + 1))
     return TreeState(root, entries, listings)
 
 
@@ -133,7 +137,9 @@ def mount_points(root: str) -> list[str]:
         return []
     table = mount_table(real)
     out: list[str] = sorted(os.path.relpath(m, real) for m in table)
-    for dirpath, dirnames, _ in os.walk(real):
+    from clef_format.read.walk import walk
+
+    for dirpath, dirnames, _ in walk(real):  # iterative and depth-limited; what lies deeper is refused elsewhere
         keep = []
         for name in dirnames:
             full = os.path.join(dirpath, name)

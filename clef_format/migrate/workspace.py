@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 import stat
 from dataclasses import dataclass, field
 from enum import Enum
@@ -80,7 +79,12 @@ def foreign_entries(ws: str) -> list[str]:
     def unlistable(exc: OSError) -> None:  # never delete what could not be looked at
         out.append(f"{os.path.relpath(exc.filename, ws) if exc.filename else '.'} (cannot be listed: {exc.strerror})")
 
-    for dirpath, dirnames, filenames in os.walk(ws, onerror=unlistable):
+    from clef_format.read.walk import walk
+
+    def too_deep(path: str) -> None:  # nothing a run leaves nests that deep: someone's, never deleted
+        out.append(f"{fsutil.short_rel(os.path.relpath(path, ws))} (nested too deep to be looked at)")
+
+    for dirpath, dirnames, filenames in walk(ws, onerror=unlistable, too_deep=too_deep):
         for name in filenames:
             rel = os.path.relpath(os.path.join(dirpath, name), ws)
             if rel != "journal.json.tmp":
@@ -89,6 +93,45 @@ def foreign_entries(ws: str) -> list[str]:
             if os.path.islink(os.path.join(dirpath, name)):
                 out.append(os.path.relpath(os.path.join(dirpath, name), ws))
     return sorted(out)
+
+
+def name_too_long(target: Target) -> MigrateRefused | None:
+    """The workspace and lock names beside ``T`` (``.T.clef-migrate.lock``: ``T`` plus 19 bytes) must fit the
+    filesystem's name limit (255 bytes on ext4, xfs, btrfs, tmpfs). A folder named near the limit has no
+    room for them: said as that, never as a lock file in the way (there is none)."""
+    name = os.path.basename(target.lock_path)
+    try:
+        limit = os.pathconf(target.parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    if len(os.fsencode(name)) <= limit:
+        return None
+    room = limit - (len(os.fsencode(name)) - len(os.fsencode(os.path.basename(target.path))))
+    what = "the checkpoint's folder name" if target.in_place else "the --output name"
+    return MigrateRefused(f"{what} is {len(os.fsencode(os.path.basename(target.path)))} bytes long: migrate keeps its "
+                          f"workspace and lock beside it as .NAME{_LOCK_SUFFIX}, which would pass this filesystem's "
+                          f"limit of {limit} bytes per name; nothing was written",
+                          f"rename the folder to a name of at most {room} bytes, then run migrate again"
+                          if target.in_place else f"pick an --output whose name is at most {room} bytes")
+
+
+def lock_holder(target: Target) -> str | None:
+    """The pid a running migrate (or another writer of this tool) wrote in the lock it holds on ``target``;
+    None when no process holds it (no lock, or a killed run's: the kernel released it)."""
+    try:
+        fd = os.open(target.lock_path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        import fcntl
+
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return None
+        except OSError:
+            return os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+    finally:
+        os.close(fd)
 
 
 def foreign_lock(path: str) -> str | None:
@@ -146,6 +189,9 @@ class Lock:
         from clef_format.read.hf_cache import cache_area
 
         path = self.target.lock_path
+        too_long = name_too_long(self.target)
+        if too_long:
+            raise too_long
         area = cache_area(path)
         if area:
             raise MigrateRefused(f"{path} would lie inside a Hugging Face cache ({area}), which is never "
@@ -330,45 +376,11 @@ def fingerprint(ck: Checkpoint) -> dict[str, list[int]]:
     return out
 
 
-def _refuse_mounts(path: str) -> None:
-    """Never delete through a mount: a filesystem (or bind mount) mounted at or below ``path`` holds
-    someone else's files, which ``rmtree`` would empty before failing on the mount point itself."""
-    from clef_format.migrate.tree_state import is_mount_point, mount_points
-
-    if os.path.islink(path) or not os.path.isdir(path):
-        return
-    inner = ["."] if is_mount_point(path) else mount_points(path)
-    if inner:
-        raise OSError(errno.EBUSY, f"{os.path.join(path, inner[0]) if inner[0] != '.' else path} is a mount point: "
-                                   "nothing below it is deleted (unmount it, then run again)", path)
-
-
 def remove_tree(path: str) -> None:
-    """Delete a tree migrate made (workspace, old tree). A folder without write or search permission
-    is opened up first (it is ours to delete); anything that still cannot go raises ``OSError``."""
-    if not os.path.lexists(path):
-        return
-    _refuse_mounts(path)
-    failed: list[BaseException] = []
+    """Delete a tree migrate made (workspace, old tree): iterative and by folder handles, so any depth and
+    any path length; never below a mount point nor through a symlink (``migrate.remove``). A folder
+    without write or search permission is opened up first (it is ours to delete); anything that still
+    cannot go raises ``OSError``."""
+    from clef_format.migrate.remove import delete_tree
 
-    def onexc(func: Any, p: str, exc: Any) -> None:
-        err = exc[1] if isinstance(exc, tuple) else exc
-        if func in (os.rmdir, os.unlink, os.remove) or func is os.lstat:
-            target = os.path.dirname(p)
-        else:  # os.open / os.scandir of the folder itself could not list it
-            target = p
-        try:
-            if not os.path.islink(target):
-                os.chmod(target, 0o700)
-        except OSError:
-            failed.append(err)
-
-    for _ in range(3):
-        failed.clear()
-        shutil.rmtree(path, onerror=onexc)
-        if not os.path.lexists(path):
-            return
-    err = failed[0] if failed else None
-    if isinstance(err, OSError):
-        raise OSError(err.errno, f"cannot delete {path}: {err.strerror}", err.filename)
-    raise OSError(errno.ENOTEMPTY, f"cannot delete {path}", path)
+    delete_tree(path)

@@ -205,6 +205,13 @@ def write_output(out: OutFile, src_root: str, dst_path: str, tick: Tick) -> dict
             write_all(fd, out.text())
         elif isinstance(out, IndexFile):
             write_all(fd, _write_index(out, src_root))
+        if isinstance(out, Safetensors) and os.fstat(fd).st_size < out.size:
+            os.ftruncate(fd, out.size)  # the last tensor ends in a hole: the size, without writing it
+        predecessor = os.path.join(src_root, *out.rel.split("/"))
+        if os.path.lexists(predecessor):  # what the user set on the file it replaces
+            from clef_format.migrate.fsutil import sync_xattrs
+
+            sync_xattrs(predecessor, fd)
         os.fchmod(fd, mode)
         os.fsync(fd)
     finally:

@@ -23,7 +23,7 @@ CODES: dict[str, str] = {
     "bad-header": "a safetensors header is invalid or the file is truncated",
     "path-escape": "an index entry or symlink leads outside the checkpoint",
     "unsafe-file": "pickle-based weights are present; they are never loaded",
-    "bad-config": "a JSON file (config, index, head config, manifest; the tokenizer files in --deep and the gate) is missing keys, has wrong types, holds a key twice with different values or is not JSON; as a warning: a key twice with the same value",
+    "bad-config": "a JSON file (config, index, head config, manifest; the tokenizer files in --deep and the gate) is missing keys, has wrong types, holds a key twice with different values (the tokenizer files: a warning, their loaders take the last value) or is not JSON; as a warning: a key twice with the same value",
     "index-mismatch": "model.safetensors.index.json disagrees with the shard headers, or names a shard by a string vLLM does not match (anything but a plain top-level file name: ./x, sub/x, sub/../x); as a warning: an entry missing or naming another indexed file for a tensor vLLM loads anyway",
     "partial-download": "an unfinished download (.incomplete) is present",
     "stray-weights": "a top-level, non-hidden .safetensors file is not part of the backbone: a plain vLLM load would read it too",

@@ -14,6 +14,7 @@ _EXPORTS: dict[str, str] = {
     # gate.py: the serving gate at start-up (no torch)
     "check_checkpoint": "gate",
     "CheckpointSource": "gate",
+    "gate_or_report": "gate",
     # head.py: the joint head config for a plugin version (no torch); the head file against the
     # plugin's own head (torch's meta device)
     "head_config": "head",

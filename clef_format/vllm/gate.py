@@ -21,7 +21,7 @@ gate's hashing").
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Callable, Optional, Union
 
 from clef_format.errors import IncompatibleError
 from clef_format.spec.compat import check_pair, marker_fix, plugin_version_argument
@@ -193,3 +193,26 @@ def _check_errors(ck: "Checkpoint", plugin_version: str, content: "ContentCheck 
         if not errors:  # the plugin's later calls in this process skip them while no file changes
             remember(key, ck, f"streamed {ck.vllm_version}")
     return errors
+
+
+#: Called with the refusal instead of raising it (``gate_or_report``); ``None``: refusals are raised.
+OnRefusal = Optional[Callable[[IncompatibleError], None]]
+
+
+def gate_or_report(source: CheckpointSource, plugin_version: str, on_refusal: OnRefusal = None) -> "Checkpoint":
+    """``check_checkpoint``; with ``on_refusal`` its refusal is handed over instead of raised and the
+    checkpoint is returned read but unchecked.
+
+    For a plugin build that must be judged by the engine rather than by the gate (the engine tier's
+    differential, examples/clef-vllm's ungated build): never for serving. There is no default that
+    turns it on: the caller passes the handler, and every hook that takes it defaults to raising.
+    """
+    try:
+        return check_checkpoint(source, plugin_version)
+    except IncompatibleError as exc:
+        if on_refusal is None:
+            raise
+        on_refusal(exc)
+    from clef_format.read.checkpoint import open_checkpoint
+
+    return open_checkpoint(_source_argument(source))

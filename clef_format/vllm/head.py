@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Union
 from clef_format.errors import IncompatibleError
 from clef_format.spec.joint_head import HeadConfigError, parse_head_config
 from clef_format.spec.marker import without_marker
-from clef_format.vllm.gate import CheckpointSource, check_checkpoint
+from clef_format.vllm.gate import CheckpointSource, OnRefusal, gate_or_report
 
 if TYPE_CHECKING:
     from clef_format.read.checkpoint import Checkpoint
@@ -19,30 +19,37 @@ PluginHead = Union[Callable[..., Any], Mapping[str, Any], Any]
 _FIX = "re-download the joint head files of this revision, or install the plugin these weights were made for"
 
 
-def head_config(source: CheckpointSource, plugin_version: str) -> dict[str, Any]:
+def head_config(source: CheckpointSource, plugin_version: str, on_refusal: OnRefusal = None) -> dict[str, Any]:
     """The head config without the marker, after the (checkpoint, plugin version) pair is checked.
 
     Refuses (``IncompatibleError``) what ``check_checkpoint`` refuses, and a config that
     ``JointSchemaHead(**config)`` would reject: missing keys (``head-incomplete``) or keys the
     head does not take (``head-unexpected``). The marker is taken out because the head's
     constructor does not accept it: it exists precisely to break plugins that do not remove it.
+    ``on_refusal``: see ``gate.gate_or_report`` (a refusal handed over: the config as read, for tests only).
     """
-    ck = check_checkpoint(source, plugin_version)
-    return _config_of(ck)
+    ck = gate_or_report(source, plugin_version, on_refusal)
+    return _config_of(ck, on_refusal)
 
 
-def _config_of(ck: "Checkpoint") -> dict[str, Any]:
+def _refuse(exc: IncompatibleError, on_refusal: OnRefusal) -> None:
+    if on_refusal is None:
+        raise exc
+    on_refusal(exc)
+
+
+def _config_of(ck: "Checkpoint", on_refusal: OnRefusal = None) -> dict[str, Any]:
     raw = ck.head_config
     try:
         _, unknown = parse_head_config(raw)
     except HeadConfigError as exc:
-        raise IncompatibleError("head-incomplete", str(exc),
-                                "re-download clef_head/joint_head_config.json from the same revision") from None
+        _refuse(IncompatibleError("head-incomplete", str(exc),
+                                  "re-download clef_head/joint_head_config.json from the same revision"), on_refusal)
+        unknown = []
     if unknown:
-        raise IncompatibleError("head-unexpected", f"joint head config has keys the head does not take: {unknown}",
-                                "re-download clef_head/joint_head_config.json from the same revision")
-    assert isinstance(raw, dict)
-    return without_marker(raw)
+        _refuse(IncompatibleError("head-unexpected", f"joint head config has keys the head does not take: {unknown}",
+                                  "re-download clef_head/joint_head_config.json from the same revision"), on_refusal)
+    return without_marker(raw) if isinstance(raw, dict) else {}
 
 
 def plugin_head_shapes(head: PluginHead, config: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
@@ -60,23 +67,26 @@ def plugin_head_shapes(head: PluginHead, config: Mapping[str, Any]) -> dict[str,
     return {k: tuple(v.shape) for k, v in module.state_dict().items()}
 
 
-def check_plugin_head(source: CheckpointSource, plugin_version: str, head: PluginHead) -> "Checkpoint":
+def check_plugin_head(source: CheckpointSource, plugin_version: str, head: PluginHead,
+                      on_refusal: OnRefusal = None) -> "Checkpoint":
     """Refuse (``IncompatibleError``) a checkpoint whose head file is not exactly the plugin's own head.
 
     Runs ``check_checkpoint`` first (every error of verify, the reference file's reading included),
     then compares the head file's names and shapes with ``plugin_head_shapes(head, config)``: a tensor
     the plugin's head lacks or holds, or of another shape, is refused with the code verify gives it
-    (``head-incomplete``, ``head-unexpected``). Returns the checkpoint read.
+    (``head-incomplete``, ``head-unexpected``). Returns the checkpoint read. ``on_refusal``: see
+    ``gate.gate_or_report`` (refusals handed over instead of raised: for tests only).
     """
     from clef_format.spec import layouts as L
     from clef_format.verify.checks.head import exact_problems
 
-    ck = check_checkpoint(source, plugin_version)
-    config = _config_of(ck)
+    ck = gate_or_report(source, plugin_version, on_refusal)
+    config = _config_of(ck, on_refusal)
     weights, _ = L.head_files(ck.layout)
     header = ck.headers.get(weights)
     if header is None:
-        raise IncompatibleError("missing-file", f"{weights} is missing", _FIX)
+        _refuse(IncompatibleError("missing-file", f"{weights} is missing", _FIX), on_refusal)
+        return ck
     want = plugin_head_shapes(head, config)
     tensors = {n: (i.dtype, i.shape) for n, i in header.tensors.items()}
     problems = exact_problems(want, tensors, builder="the plugin's JointSchemaHead")
@@ -84,5 +94,5 @@ def check_plugin_head(source: CheckpointSource, plugin_version: str, head: Plugi
         first = problems[0]
         code = "head-unexpected" if first.kind == "unexpected" else "head-incomplete"
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise IncompatibleError(code, f"{weights}: {first.message}{more}", _FIX)
+        _refuse(IncompatibleError(code, f"{weights}: {first.message}{more}", _FIX), on_refusal)
     return ck

@@ -12,7 +12,7 @@ import torch
 
 from clef_format.spec.layouts import Layout
 from clef_format.vllm.completeness import WriteTracker
-from clef_format.vllm.gate import CheckpointSource, check_checkpoint
+from clef_format.vllm.gate import CheckpointSource, OnRefusal, gate_or_report
 from clef_format.vllm.int8_tables import AllReduce, Int8Tables, load_int8_tables
 from clef_format.vllm.weights import skipped_tensors, stream_backbone
 
@@ -65,7 +65,8 @@ def install_int8_tables(model: torch.nn.Module, tables: Int8Tables, replace_lm_h
 def load_weights(model: torch.nn.Module, source: CheckpointSource, plugin_version: str,
                  load: Callable[[Iterable[tuple[str, torch.Tensor]]], Any], *,
                  tensor_parallel: Optional[tuple[int, int, Optional[AllReduce]]] = None,
-                 exempt: Optional[Callable[[str], bool]] = None, replace_lm_head: bool = True) -> set[str]:
+                 exempt: Optional[Callable[[str], bool]] = None, replace_lm_head: bool = True,
+                 on_refusal: OnRefusal = None) -> set[str]:
     """The whole load, checked: what a plugin's ``Model.load_weights`` calls instead of vLLM's body.
 
     ``load`` is vLLM's own ``load_weights`` of the model class (``super().load_weights``). In order:
@@ -73,8 +74,9 @@ def load_weights(model: torch.nn.Module, source: CheckpointSource, plugin_versio
     the int8 tables are read onto the model's device (this rank's shard) and installed; every
     parameter is armed; vLLM loads the checked backbone iterator; then anything left unwritten
     raises ``UnwrittenParametersError``. Returns the names vLLM's loader expects back.
+    ``on_refusal``: see ``gate.gate_or_report`` (a refusal handed over, the load carried on: tests only).
     """
-    ck = check_checkpoint(source, plugin_version)
+    ck = gate_or_report(source, plugin_version, on_refusal)
     tables: Optional[Int8Tables] = None
     if ck.layout is Layout.LAYOUT_2:
         rank, size, reduce = tensor_parallel or vllm_tensor_parallel()

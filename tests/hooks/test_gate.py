@@ -263,3 +263,25 @@ def test_the_gate_reports_a_symlink_out_of_the_checkpoint_as_verify_does(fresh, 
         check_checkpoint(str(root), "0.2.1")
     assert exc.value.code == "path-escape" and rel in exc.value.reason
     assert not any(f.code == "missing-file" for f in exc.value.findings)
+
+
+def test_gate_or_report_raises_without_a_handler_and_hands_over_with_one(fresh) -> None:
+    """The ungated build's hook (examples/clef-vllm): without ``on_refusal`` it is the gate; with one the
+    refusal reaches the handler, nothing is raised, and the checkpoint comes back read (not checked)."""
+    from clef_format.vllm import gate_or_report, head_config
+
+    root = fresh("layout-2", "bf16", num_layers=4)
+    cfg = json.loads((root / L.HEAD_CONFIG).read_text())
+    cfg[L.MARKER_KEY] = ">=0.3.0"
+    (root / L.HEAD_CONFIG).write_text(json.dumps(cfg))
+    with pytest.raises(IncompatibleError) as exc:
+        gate_or_report(root, "0.2.1")
+    assert exc.value.code == "plugin-incompatible"
+    seen: list[IncompatibleError] = []
+    ck = gate_or_report(root, "0.2.1", seen.append)
+    assert [e.code for e in seen] == ["plugin-incompatible"] and ck.layout is Layout.LAYOUT_2
+    seen.clear()
+    assert head_config(root, "0.2.1", seen.append) == {k: v for k, v in cfg.items() if k != L.MARKER_KEY}
+    assert [e.code for e in seen] == ["plugin-incompatible"]
+    with pytest.raises(IncompatibleError):
+        head_config(root, "0.2.1")

@@ -319,3 +319,189 @@ def test_example_never_writes_into_a_hugging_face_cache(tmp_path: Path, capsys, 
     out = json.loads(capsys.readouterr().out)
     assert rc == 1 and [f["code"] for f in out["findings"]] == ["example-refused"], out
     assert not where.exists() and sorted(os.listdir(repo / "snapshots")) == []
+
+
+# ---- --output runs, the target itself, and a tree deeper than the recursion limit ------------------
+
+def _reset(tmp_path: Path) -> None:
+    """Remove what the last case left (``rm -rf``: a 1,100-deep tree would make shutil.rmtree recurse)."""
+    _umount_below(tmp_path)
+    for entry in tmp_path.iterdir():
+        subprocess.run(["rm", "-rf", "--one-file-system", str(entry)], check=True)
+
+
+_AFTER_EXCHANGE: set[tuple[str, int]] = set()
+
+
+def _output_points(fresh, capsys, tmp_path: Path) -> list[tuple[str, int]]:
+    """The crash points of an --output run (first and last of each phase); ``_AFTER_EXCHANGE`` gets those
+    met after the first ``swap`` point, where the exchange happens (the journal's ``swapped`` write, ...)."""
+    root = _source(fresh)
+    met: list[tuple[str, int]] = []
+    with crash.adversary(lambda phase, n: met.append((phase, n))):
+        rc, out = run_json(capsys, str(root), "--to", "layout-2", "--output", str(tmp_path / "out"))
+    assert rc == 0, out
+    _AFTER_EXCHANGE.update(met[met.index(("swap", 1)) + 1:])
+    last: dict[str, int] = {}
+    for phase, n in met:
+        last[phase] = max(n, last.get(phase, 0))
+    return sorted({(p, 1) for p in last} | set(last.items()), key=lambda x: (crash.CRASH_PHASES.index(x[0]), x[1]))
+
+
+def _holds_out_of_place(change: Change, out_dir: Path) -> bool:
+    """Out of place a symlink to a file of the checkpoint is materialised (docs/MIGRATION.md)."""
+    if change.name == "symlink-swap":
+        return (out_dir / "notes.txt").read_bytes() == NOTE + b"v2\n"
+    return change.holds(out_dir)
+
+
+@pytest.mark.parametrize("change", CHANGES, ids=[c.name for c in CHANGES])
+def test_a_change_to_the_source_of_an_output_run_is_kept_or_refused(fresh, capsys, mounts, change: Change,
+                                                                    tmp_path: Path) -> None:
+    """An --output run only reads the source: the change always stays there, and the output holds it
+    (or holds the source as it was before, for a change made after the exchange), or the run refused."""
+    if change.name == "mount":
+        probe = tmp_path / "probe"
+        probe.mkdir()
+        mounts("-t", "tmpfs", "none", str(probe))
+    points = _output_points(fresh, capsys, tmp_path)
+    failures = []
+    for phase, n in points:
+        _reset(tmp_path)
+        root, out_dir = _source(fresh), tmp_path / "out"
+        done: list[bool] = []
+
+        def act(at: str, count: int) -> None:
+            if (at, count) == (phase, n) and not done:
+                done.append(True)
+                change.make(root)
+
+        with crash.adversary(act):
+            rc, out = run_json(capsys, str(root), "--to", "layout-2", "--output", str(out_dir))
+        codes = [f["code"] for f in out["findings"] if f["severity"] == "error"]
+        where = f"{change.name} at {phase}:{n}"
+        if not done or not change.holds(root):
+            failures.append(f"{where}: reached {bool(done)}, the source lost the change")
+        elif rc == 1:
+            if codes != ["migrate-refused"] or (out_dir.exists() and os.listdir(out_dir)) or siblings(out_dir):
+                failures.append(f"{where}: refused as {codes}, output left {out_dir.exists() and os.listdir(out_dir)}")
+        elif rc != 0 or verified(out_dir)[:2] != ("layout-2", True):
+            failures.append(f"{where}: exit {rc} {codes}, output {verified(out_dir) if out_dir.exists() else None}")
+        elif change.name != "mount" and not _holds_out_of_place(change, out_dir) and (phase, n) not in _AFTER_EXCHANGE:
+            failures.append(f"{where}: exit 0 without the change made before the exchange")
+    _reset(tmp_path)
+    assert not failures, "\n".join(failures)
+
+
+def test_a_file_put_into_the_output_while_the_run_stages_is_never_deleted(fresh, capsys, tmp_path: Path) -> None:
+    """The --output made (or filled) by someone else meanwhile: the exchange moved it into the workspace
+    and the cleanup deleted it, exit 0. Refused now before the exchange; after it, the file is in the result."""
+    points = _output_points(fresh, capsys, tmp_path)
+    failures = []
+    for phase, n in points:
+        _reset(tmp_path)
+        root, out_dir = _source(fresh), tmp_path / "out"
+
+        def act(at: str, count: int) -> None:
+            if (at, count) == (phase, n):
+                out_dir.mkdir(exist_ok=True)
+                (out_dir / "mine.txt").write_bytes(NOTE)
+
+        with crash.adversary(act):
+            rc, out = run_json(capsys, str(root), "--to", "layout-2", "--output", str(out_dir))
+        codes = [f["code"] for f in out["findings"] if f["severity"] == "error"]
+        kept = (out_dir / "mine.txt").is_file() and (out_dir / "mine.txt").read_bytes() == NOTE
+        if not kept:
+            failures.append(f"{phase}:{n}: exit {rc} {codes}, mine.txt is lost")
+        elif rc == 1 and (codes != ["migrate-refused"] or os.listdir(out_dir) != ["mine.txt"] or siblings(out_dir)):
+            failures.append(f"{phase}:{n}: refused as {codes}, output {os.listdir(out_dir)}, left {siblings(out_dir)}")
+        elif rc == 0 and verified(out_dir)[:2] != ("layout-2", True):
+            failures.append(f"{phase}:{n}: exit 0, output {verified(out_dir)}")
+    _reset(tmp_path)
+    assert not failures, "\n".join(failures)
+
+
+def test_a_tree_deeper_than_the_recursion_limit_made_at_each_phase_boundary(fresh, capsys, tmp_path: Path) -> None:
+    """The tree state, the survey and the cleanup walked by recursion: a folder nested 1,100 deep made
+    while migrate ran raised RecursionError. Now the run refuses (the tree is kept) or, made after the
+    exchange, the tree is in the result (which verify then reports as tree-too-deep)."""
+    from tests.migrate.test_deep_trees import DEEP, leaf_of, nest
+
+    points = _points(fresh, capsys)
+    failures = []
+    for phase, n in points:
+        _reset(tmp_path)
+        root = _source(fresh)
+
+        def act(at: str, count: int) -> None:
+            if (at, count) == (phase, n):
+                nest(root / "data", DEEP, "d")
+
+        with crash.adversary(act):
+            rc, out = run_json(capsys, str(root), "--to", "layout-2")
+        codes = sorted({f["code"] for f in out["findings"] if f["severity"] == "error"})
+        layout, _, errors = verified(root)
+        if leaf_of(root / "data", DEEP, "d") != b"leaf\n":
+            failures.append(f"{phase}:{n}: exit {rc} {codes}, the deep tree is lost")
+        elif rc == 1 and codes == ["migrate-refused"]:
+            if layout != "layout-1" or siblings(root):
+                failures.append(f"{phase}:{n}: refused, layout {layout}, left {siblings(root)}")
+        elif layout != "layout-2" or set(errors) != {"tree-too-deep"} or siblings(root):
+            failures.append(f"{phase}:{n}: exit {rc} {codes}, result {layout} {errors}, left {siblings(root)}")
+    _reset(tmp_path)
+    assert not failures, "\n".join(failures)
+
+
+# ---- manifest: each change at each of its phase boundaries -----------------------------------------
+
+#: manifest's points: the lock taken, the files hashed (before the proof), the proof passed (before the
+#: rename), the manifest written.
+MANIFEST_POINTS = [("lock", 1), ("stage", 1), ("swap", 1), ("cleanup", 1)]
+
+
+@pytest.mark.parametrize("change", CHANGES, ids=[c.name for c in CHANGES])
+def test_a_change_at_each_phase_boundary_of_manifest_is_recorded_or_refused(fresh, mounts, change: Change,
+                                                                           tmp_path: Path) -> None:
+    """manifest hashed the files, then wrote what it had hashed: a file edited meanwhile was recorded as
+    it was, and verify --deep then called the user's own edit damage (exit 0, a wrong manifest). Now the
+    state taken before hashing is proven before writing: the change is recorded, or manifest refuses
+    and writes nothing. Past the proof (the rename, or later) the manifest describes the files as they
+    were when it was proven, and --deep reports the later edit as what it is, a change since."""
+    from clef_format.migrate.manifest_writer import make_manifest
+    from clef_format.read.checkpoint import read_checkpoint
+    from clef_format.verify.run import verify_checkpoint
+
+    if change.name == "mount":
+        probe = tmp_path / "probe"
+        probe.mkdir()
+        mounts("-t", "tmpfs", "none", str(probe))
+    failures = []
+    for phase, n in MANIFEST_POINTS:
+        _reset(tmp_path)
+        root = _source(fresh)
+        done: list[bool] = []
+
+        def act(at: str, count: int) -> None:
+            if (at, count) == (phase, n) and not done:
+                done.append(True)
+                change.make(root)
+
+        with crash.adversary(act):
+            report = make_manifest(str(root))
+        codes = [f.code for f in report.findings if f.severity == "error"]
+        written = (root / "clef_manifest.json").is_file()
+        where = f"{change.name} at {phase}:{n}"
+        deep = verify_checkpoint(read_checkpoint(root), str(root), deep=True)
+        mismatched = sorted(f.file or "" for f in deep.findings if f.code == "hash-mismatch")
+        if not done or not change.holds(root):
+            failures.append(f"{where}: reached {bool(done)}, the change is lost")
+        elif not report.ok:
+            if codes != ["manifest-refused"] or written or "changed while its files were hashed" not in \
+                    report.findings[0].message:
+                failures.append(f"{where}: refused as {codes}, manifest written {written}")
+        elif not written:
+            failures.append(f"{where}: ok without a manifest")
+        elif phase in ("lock", "stage") and mismatched:
+            failures.append(f"{where}: written before the change was proven absent, --deep: {mismatched}")
+    _reset(tmp_path)
+    assert not failures, "\n".join(failures)

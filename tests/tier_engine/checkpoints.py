@@ -65,12 +65,13 @@ def write_tokenizer(root: Path, vocab: int = VOCAB) -> None:
 
 
 def build(root: Path, layout: str, build: str = "bf16", multimodal: bool = True, num_layers: int = 4,
-          seed: int = 0, text: dict[str, Any] | None = None) -> Path:
+          seed: int = 0, text: dict[str, Any] | None = None, shards: int | None = None) -> Path:
     """A tiny checkpoint in ``layout`` (``bf16`` backbone or a quantized ``build``: ``fp8`` ...);
-    ``text`` overrides more of the text config (the start-up benchmark's larger model)."""
+    ``text`` overrides more of the text config (the start-up benchmark's larger model); ``shards``
+    splits the backbone into that many files with an index."""
     with _engine_shapes(text):
         FIXTURES.build_checkpoint(root, layout=layout, build=build, num_layers=num_layers,
-                                  multimodal=multimodal, seed=seed)
+                                  multimodal=multimodal, seed=seed, shards=shards)
     write_tokenizer(root, (text or {}).get("vocab_size", VOCAB))
     return root
 
@@ -136,12 +137,13 @@ CASES: dict[str, tuple[str, str, bool, str | None]] = {
     "layout-2-no-tables-file": ("layout-2", "bf16", True, "no-tables-file"),
     "layout-2-backbone-tensor-dropped": ("layout-2", "bf16", True, "drop-backbone"),
     "layout-2-table-tensor-dropped": ("layout-2", "bf16", True, "drop-table"),
+    "layout-2-2-shards": ("layout-2", "bf16", True, "2-shards"),  # the same tensors as layout-2, in 2 files
 }
 
 
 def build_case(root: Path, name: str) -> Path:
     layout, quant, multimodal, change = CASES[name]
-    build(root, layout, quant, multimodal)
+    build(root, layout, quant, multimodal, shards=2 if change == "2-shards" else None)
     if change == "no-tables-file":
         (root / L.TABLES).unlink()
     elif change == "drop-backbone":

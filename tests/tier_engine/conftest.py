@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator  # noqa: E402
 
 import pytest  # noqa: E402
 
-from engines import NEW, OLD  # noqa: E402,F401
+from engines import NEW, OLD, UNGATED  # noqa: E402,F401
 
 _started = time.perf_counter()
 _summary: list[str] = []
@@ -41,10 +41,11 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def plugins(scratch: Path) -> dict[str, Path]:
-    """plugin version -> folder it is installed in (``pip install --target``), built from examples/clef-vllm."""
+    """plugin version -> folder it is installed in (``pip install --target``), built from examples/clef-vllm
+    (``UNGATED``: the differential's build of NEW that logs the gate's refusals and serves)."""
     from engines import install_plugin
 
-    return {version: install_plugin(version, scratch) for version in (NEW, OLD)}
+    return {version: install_plugin(version, scratch) for version in (NEW, OLD, UNGATED)}
 
 
 @pytest.fixture(scope="session")
@@ -91,6 +92,26 @@ def checkpoint(scratch: Path) -> Callable[..., Path]:
         return cache[name]
 
     return make
+
+
+@pytest.fixture(scope="session")
+def served_layout2(engines: Any, checkpoint: Callable) -> Any:
+    """Layout 2 served by plugin NEW at tensor parallel 1 (test_serve_layout2, and test_serve_tp2's yardstick)."""
+    from engines import serve
+    from test_serve_layout2 import OPTION_IDS
+
+    return serve(engines, "layout-2", checkpoint("layout-2"), NEW, OPTION_IDS)
+
+
+@pytest.fixture(scope="session")
+def ref_layout2(checkpoint: Callable) -> Any:
+    """transformers on layout 2's decoded tables (float32 and bfloat16)."""
+    import checkpoints as C
+    from engines import PROMPTS
+    from reference import reference
+
+    root = checkpoint("layout-2")
+    return reference(root, C.decoded_tables(root), PROMPTS)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

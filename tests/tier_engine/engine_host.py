@@ -34,11 +34,14 @@ class Host:
     def __init__(self) -> None:
         self.llm: Any = None
 
-    def start(self, model: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def start(self, model: str, kwargs: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:
+        """``LLM(model, **kwargs)``; ``env``: variables set for this start only (the processes it spawns see them)."""
         from vllm import LLM
 
         if self.llm is not None:
             self.stop()
+        saved = {k: os.environ.get(k) for k in env or {}}
+        os.environ.update(env or {})
         t0 = time.perf_counter()
         try:
             self.llm = LLM(model=model, **kwargs)
@@ -46,6 +49,12 @@ class Host:
             traceback.print_exc()
             gc.collect()
             return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "start_s": time.perf_counter() - t0}
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
         return {"ok": True, "start_s": time.perf_counter() - t0}
 
     def stop(self) -> dict[str, Any]:

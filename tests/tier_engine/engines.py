@@ -27,6 +27,9 @@ REPLY_TIMEOUT_S = 900.0
 
 #: the two plugin generations the tier installs (pip, each into its own folder)
 NEW, OLD = "0.2.1", "0.1.3"
+#: NEW built ungated (examples/clef-vllm/setup.py): the gate's refusals are logged, the checkpoint served
+UNGATED = f"{NEW}+ungated"
+UNGATED_BUILD = "serve-what-the-gate-refuses"
 
 #: the prompts every served configuration answers (token ids: the tiny vocabulary has 512)
 PROMPTS = [[1, 5, 9, 33, 100, 7], [400, 3, 3, 3, 260, 511, 0, 42, 17, 230]]
@@ -47,13 +50,18 @@ def engine_kwargs(root: Path, pooling: bool = False) -> dict[str, Any]:
 
 
 def install_plugin(version: str, scratch: Path) -> Path:
-    """Build examples/clef-vllm at ``version`` and ``pip install --target`` it into its own folder."""
+    """Build examples/clef-vllm at ``version`` and ``pip install --target`` it into its own folder
+    (``X.Y.Z+ungated``: the ungated build, ``CLEF_VLLM_UNGATED`` set as setup.py demands)."""
     import shutil
 
     src = scratch / f"src-{version}"
     shutil.copytree(EXAMPLE, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     target = scratch / f"plugin-{version}"
-    env = dict(os.environ, CLEF_VLLM_PLUGIN_VERSION=version)
+    public, _, local = version.partition("+")
+    env = dict(os.environ, CLEF_VLLM_PLUGIN_VERSION=public)
+    env.pop("CLEF_VLLM_UNGATED", None)
+    if local == "ungated":
+        env["CLEF_VLLM_UNGATED"] = UNGATED_BUILD
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
                     "--target", str(target), str(src)], check=True, env=env, cwd=str(scratch),
                    stdout=subprocess.DEVNULL)
@@ -184,8 +192,10 @@ class Engines:
             self.hosts[name] = EngineHost(name, path, self.scratch)
         return self.hosts[name]
 
-    def get(self, key: str, model: Path, plugin: str | None, **kwargs: Any) -> Engine:
-        """The engine for ``key`` (started once): ``model`` served by vLLM with ``plugin`` installed (or none)."""
+    def get(self, key: str, model: Path, plugin: str | None, env: dict[str, str] | None = None,
+            **kwargs: Any) -> Engine:
+        """The engine for ``key`` (started once): ``model`` served by vLLM with ``plugin`` installed (or none);
+        ``env``: environment variables for this start only."""
         if key in self.engines:
             return self.engines[key]
         if self.live is not None:
@@ -195,7 +205,7 @@ class Engines:
         host = self._host(plugin)
         offset = host.log_size()
         t0 = time.perf_counter()
-        reply = host.call("start", model=str(model), kwargs=kwargs)
+        reply = host.call("start", model=str(model), kwargs=kwargs, env=env or {})
         engine = Engine(key, host, bool(reply["ok"]), reply.get("error"), host.log_since(offset), reply["start_s"],
                         self.scratch, live=bool(reply["ok"]))
         self.starts.append((key, engine.ok, time.perf_counter() - t0))

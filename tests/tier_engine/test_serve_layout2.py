@@ -4,14 +4,14 @@ equal to transformers on the decoded tables, within the int8 error of the BF16 o
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from typing import Callable
 
 import pytest
 import torch
 
 import checkpoints as C
 import compare
-from engines import NEW, PROMPTS, Served, serve
+from engines import NEW, PROMPTS, Served
 from reference import Reference, reference
 
 from clef_format.spec import layouts as L
@@ -21,14 +21,13 @@ OPTION_IDS = [3, 17, 17, 100, 256, 511, 0]
 
 
 @pytest.fixture(scope="session")
-def served(engines: Any, checkpoint: Callable) -> Served:
-    return serve(engines, "layout-2", checkpoint("layout-2"), NEW, OPTION_IDS)
+def served(served_layout2: Served) -> Served:
+    return served_layout2
 
 
 @pytest.fixture(scope="session")
-def ref_decoded(checkpoint: Callable) -> Reference:
-    root = checkpoint("layout-2")
-    return reference(root, C.decoded_tables(root), PROMPTS)
+def ref_decoded(ref_layout2: Reference) -> Reference:
+    return ref_layout2
 
 
 @pytest.fixture(scope="session")

@@ -70,3 +70,19 @@ def test_deep_and_the_gate_refuse_a_tokenizer_the_engine_cannot_load(name: str, 
     with pytest.raises(IncompatibleError) as exc:
         check_checkpoint(root, "0.2.1")
     assert exc.value.code == "bad-config"
+
+
+def test_a_key_twice_with_different_values_is_a_warning_and_the_library_takes_the_last(tmp_path: Path) -> None:
+    """The tokenizers library loads a tokenizer.json whose "model" is written twice, with the last one (a fact
+    read from the library, not assumed): verify --deep and the gate warn, naming the key, and do not refuse."""
+    first = '{"type":"BPE","vocab":{"a":0},"merges":[]}'
+    last = '{"type":"WordLevel","vocab":{"a":0,"b":1},"unk_token":"a"}'
+    data = ('{"version":"1.0","model":' + first + ',"model":' + last + '}').encode()
+    (tmp_path / "t.json").write_bytes(data)
+    assert type(tokenizers.Tokenizer.from_file(str(tmp_path / "t.json")).model).__name__ == "WordLevel"
+    root = fresh_copy(tmp_path / "ck")
+    (root / "tokenizer.json").write_bytes(data)
+    found = [f for f in verify(str(root), deep=True).findings if f.file == "tokenizer.json"]
+    assert [(f.code, f.severity) for f in found] == [("bad-config", "warning")]
+    assert "'model' twice with different values" in found[0].message and "last" in found[0].message
+    check_checkpoint(root, "0.2.1")  # served: every loader reads the same (last) value

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import json
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
+
 from clef_format.read.checkpoint import Checkpoint
 from clef_format.spec import layouts as L
-from clef_format.spec.findings import Finding, error
+from clef_format.spec.findings import Finding, error, warning
 from clef_format.verify.checks.tables import table_content_findings
 
 _TOKENIZER_FIX = "download the tokenizer files again from the same revision (this one is cut short or edited)"
@@ -33,14 +37,29 @@ def _library_problem(text: str) -> str | None:
     return None
 
 
-def tokenizer_problem(rel: str, data: bytes, use_library: bool = True) -> str | None:
+def _recording(duplicates: list[str]) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    """``object_pairs_hook`` keeping the last value of a key, as the loaders do, and recording each key
+    written twice with different values."""
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out and out[key] != value:
+                duplicates.append(key)
+            out[key] = value
+        return out
+    return hook
+
+
+def tokenizer_problem(rel: str, data: bytes, use_library: bool = True,
+                      duplicates: list[str] | None = None) -> str | None:
     """What stops the engine loading this tokenizer file, or None. ``tokenizer.json`` is parsed as the
     ``tokenizers`` library (serde_json) does: no UTF-8 BOM, no NaN/Infinity, an object holding a
     ``"model"`` object with its ``"vocab"`` (a necessary condition, not the library's whole schema); then,
     where the library is importable (``use_library``), the library itself loads it: its schema is the
     fact (a real-size file takes it a fraction of a second: --deep and the gate only).
     ``tokenizer_config.json`` is read by transformers' ``json.load`` of the UTF-8 text: a BOM fails
-    there too. tests/verify/test_tokenizer_rule.py checks both against ``Tokenizer.from_file``."""
+    there too. tests/verify/test_tokenizer_rule.py checks both against ``Tokenizer.from_file``.
+    ``duplicates``, when given, receives each key written twice with different values (same parse)."""
     strict = rel == "tokenizer.json"
     if not data:
         return "is empty" if strict else None
@@ -48,7 +67,9 @@ def tokenizer_problem(rel: str, data: bytes, use_library: bool = True) -> str | 
         return "starts with a UTF-8 byte order mark, which the JSON parsers of tokenizers and transformers refuse"
     try:
         text = data.decode("utf-8")
-        obj = json.loads(text, parse_constant=_no_constant) if strict else json.loads(text)
+        hook = _recording(duplicates) if duplicates is not None else None
+        obj = (json.loads(text, parse_constant=_no_constant, object_pairs_hook=hook) if strict else
+               json.loads(text, object_pairs_hook=hook))
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError alike
         return f"is not JSON ({exc})"
     if not isinstance(obj, dict):
@@ -80,10 +101,16 @@ def tokenizer_findings(ck: Checkpoint) -> list[Finding]:
             out.append(error("unreadable", f"{rel} cannot be read: {exc.strerror}", file=rel,
                              fix="check permissions, or re-download the file"))
             continue
-        problem = tokenizer_problem(rel, data)
+        duplicates: list[str] = []
+        problem = tokenizer_problem(rel, data, duplicates=duplicates)
         if problem is not None:
             out.append(error("bad-config", f"{rel} {problem}: the engine fails to start, it cannot load the "
                              "tokenizer", file=rel, fix=_TOKENIZER_FIX))
+        for key in sorted(set(duplicates)):
+            out.append(warning("bad-config", f"{rel} holds the key {key!r} twice with different values: the "
+                               "tokenizers library and transformers load the last one; a reader that keeps the "
+                               "first would build another tokenizer", file=rel,
+                               fix=f"keep one {key!r} in {rel} (restore the file from the original download)"))
     return out
 
 

@@ -35,10 +35,12 @@ def build_head(source: str) -> Any:
     removed by the hook, and the file is checked against this very class before a strict load."""
     from safetensors.torch import load_file
 
-    ck = hooks.check_checkpoint(source, PLUGIN_VERSION)
+    from .model import on_refusal  # None in the shipped build: every refusal raises
+
+    ck = hooks.gate_or_report(source, PLUGIN_VERSION, on_refusal("head"))
     cls = _head_class(ck.root)
-    hooks.check_plugin_head(ck, PLUGIN_VERSION, cls)  # the head file is exactly what this head loads
-    config = hooks.head_config(ck, PLUGIN_VERSION)
+    hooks.check_plugin_head(ck, PLUGIN_VERSION, cls, on_refusal("head"))  # the head file is exactly what this head loads
+    config = hooks.head_config(ck, PLUGIN_VERSION, on_refusal("head"))
     head = cls(**config)
     head.load_state_dict(load_file(os.path.join(ck.root, HEAD_WEIGHTS)), strict=True)
     head.clef_config = config  # what it was built from, for the engine probes

@@ -27,10 +27,25 @@ from vllm.model_executor.models.qwen3_5 import Qwen3_5ForCausalLM, Qwen3_5ForCon
 
 from clef_format import vllm as hooks
 
-from . import PLUGIN_VERSION
+from . import GATED, PLUGIN_VERSION
 from .head import build_head
 
 logger = init_logger(__name__)
+
+#: what the log says for each refusal the ungated build carries on past (the engine tier greps it)
+UNGATED_REFUSAL = "clef-vllm ungated build: refused and served anyway"
+
+
+def on_refusal(where: str) -> Any:
+    """``None`` (refusals raise) in the shipped build; in the ungated build, a handler that logs the
+    refusal and lets the hook carry on (``hooks.gate_or_report``)."""
+    if GATED:
+        return None
+
+    def log(exc: Exception) -> None:
+        logger.warning("%s (%s): %s", UNGATED_REFUSAL, where, exc)
+
+    return log
 
 #: rows of the int8 lm_head decoded at a time when computing full-vocabulary logits
 LOGITS_BLOCK_ROWS = 16384
@@ -55,7 +70,8 @@ class _ClefChecked:
 
     def _clef_gate(self, vllm_config: Any) -> str:
         root = vllm_config.model_config.model  # a directory, or a repo id in the HF cache
-        ck = hooks.check_checkpoint(root, PLUGIN_VERSION)  # raises IncompatibleError(code, reason, fix)
+        # raises IncompatibleError(code, reason, fix); the ungated build logs it and carries on
+        ck = hooks.gate_or_report(root, PLUGIN_VERSION, on_refusal("start-up gate"))
         logger.info("clef-vllm %s: serving %s (%s)", PLUGIN_VERSION, ck.root, ck.layout.value)
         return root
 
@@ -63,7 +79,7 @@ class _ClefChecked:
         return self  # type: ignore[return-value]
 
     def _clef_load(self, load: Any) -> set[str]:
-        loaded = hooks.load_weights(self, self.clef_root, PLUGIN_VERSION, load)
+        loaded = hooks.load_weights(self, self.clef_root, PLUGIN_VERSION, load, on_refusal=on_refusal("load_weights"))
         self.clef_head = build_head(self.clef_root)  # a submodule: its weights come from its own file
         return loaded | {f"clef_head.{name}" for name, _ in self.clef_head.named_parameters()}
 
