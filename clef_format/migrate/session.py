@@ -293,7 +293,11 @@ def _refuse_another_source(target: Target, display: str, journal: Journal | None
       f"finishes it, or clef-format migrate {target.path} --abort rolls it back; then run this again")
 
 
-def _nothing_message(target: Target, opts: Options, display: str) -> str:
+def _nothing_message(target: Target, opts: Options, display: str, recovered: bool = False) -> str:
+    """Why no step ran. After a recovery (``recovered``) the recovery did write (its cleanup, a swap):
+    the message then says no step is left, never that nothing was written."""
+    if recovered:
+        return f"already at {opts.to} once the interrupted migration was finished (above): no step left to run"
     message = f"already at {opts.to}: nothing to do, nothing written"
     if not target.in_place and target.source != target.path:
         made = "was left as it was" if os.path.lexists(target.path) else "was not created"
@@ -440,7 +444,7 @@ def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraf
     given = given or Given()
     route = _route(ck, opts.to)
     if not route:
-        details.message = _nothing_message(target, opts, display)
+        details.message = _nothing_message(target, opts, display, bool(details.recovered))
     first = True
     final: Report | None = None
     while route:

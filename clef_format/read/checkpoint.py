@@ -13,6 +13,7 @@ import errno
 import json
 import os
 import re
+import stat
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
@@ -50,6 +51,8 @@ class Checkpoint:
         self.headers: dict[str, Header] = {}  # valid safetensors headers
         self.bad_headers: set[str] = set()
         self.unreadable: set[str] = set()  # files or folders that could not be read or listed
+        self.special: set[str] = set()  # FIFOs, sockets, devices: reported (special-file), never opened
+        self.escaped: set[str] = set()  # symlinks leading outside the checkpoint: reported (path-escape), never read
         self.parsed: set[str] = set()  # files whose content the reader opened (JSON configs, headers)
         #: The file whose content decides the layout but could not be read as JSON (the backbone index,
         #: or the head config with its marker, when not valid JSON, empty, a directory...): then no layout
@@ -70,6 +73,11 @@ class Checkpoint:
 
     def path(self, rel: str) -> str:
         return os.path.join(self.root, *rel.split("/"))
+
+    def reported(self, rel: str) -> bool:
+        """Whether ``rel`` is there but was never read, a reading finding saying why (a symlink out of the
+        checkpoint, a FIFO or device): a check that finds it absent must not call it missing."""
+        return rel in self.escaped or rel in self.special
 
     def has(self, rel: str) -> bool:
         return rel in self.files
@@ -93,6 +101,20 @@ def _unreadable(ck: Checkpoint, rel: str, what: str, exc: OSError) -> None:
     """Record a file or folder that could not be read: a statement about access, never about content."""
     ck.unreadable.add(rel)
     ck.findings.append(error("unreadable", f"{rel} {what}: {exc.strerror or exc}", file=rel, fix=_UNREADABLE_FIX))
+
+
+_BLOCKS = "an engine opening it would block forever, waiting for a writer"
+_NOT_A_FILE = "an engine would fail to open it or read bytes that are not the file"
+
+
+def _special_kind(mode: int) -> tuple[str, str] | None:
+    """What a non-regular, non-directory entry is and what an engine would do with it; ``None`` for a directory."""
+    for test, kind, effect in ((stat.S_ISFIFO, "a FIFO (named pipe)", _BLOCKS), (stat.S_ISSOCK, "a socket", _NOT_A_FILE),
+                               (stat.S_ISCHR, "a character device", _NOT_A_FILE),
+                               (stat.S_ISBLK, "a block device", _NOT_A_FILE)):
+        if test(mode):
+            return kind, effect
+    return None if stat.S_ISDIR(mode) else ("a special file", _NOT_A_FILE)
 
 
 def _scan_files(ck: Checkpoint) -> None:
@@ -142,6 +164,7 @@ def _scan_files(ck: Checkpoint) -> None:
                     ck.findings.append(error(
                         "path-escape", f"{rel} is a symlink leading outside the checkpoint (to {target}); never read",
                         file=rel, fix="replace the symlink with the real file"))
+                    ck.escaped.add(rel)
                     continue
             if name.endswith(".incomplete"):
                 ck.findings.append(error(
@@ -162,7 +185,13 @@ def _scan_files(ck: Checkpoint) -> None:
                 else:
                     _unreadable(ck, rel, "cannot be read", exc)
                 continue
-            if not os.path.isfile(full):
+            if not stat.S_ISREG(st.st_mode):
+                special = _special_kind(st.st_mode)
+                if special is not None:  # never opened: opening a FIFO blocks until a writer comes
+                    ck.special.add(rel)
+                    ck.findings.append(error(
+                        "special-file", f"{rel} is {special[0]}, not a regular file: {special[1]}; never opened here",
+                        file=rel, fix=f"replace {rel} with the real file (re-download it), or delete it"))
                 continue
             ck.files[rel] = st.st_size
 

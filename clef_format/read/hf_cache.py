@@ -182,6 +182,11 @@ def snapshot_blob(root: str, full: str) -> str | None:
     return target if os.path.dirname(target) == os.path.realpath(blobs_dir(root)) else None
 
 
+def local_dir_metadata(root: str, rel: str) -> str:
+    """Where ``snapshot_download(local_dir=...)`` keeps the metadata of ``rel`` (whether or not it exists)."""
+    return os.path.join(root, *f"{LOCAL_DIR_DOWNLOAD}/{rel}.metadata".split("/"))
+
+
 def local_dir_etag(root: str, rel: str) -> str | None:
     """The etag ``snapshot_download(local_dir=...)`` recorded for ``rel``, if its metadata is present and sane.
 

@@ -87,6 +87,13 @@ def read_manifest(ck: Checkpoint) -> tuple[dict[str, ManifestEntry] | None, list
             findings.append(error("path-escape", f"{MANIFEST_NAME} names {rel!r}, a path outside the checkpoint; never read",
                                   file=MANIFEST_NAME, fix=fix))
             continue
+        if member != rel:  # "clef_head/../tokenizer.json" would silently stand in for tokenizer.json's own entry
+            twice = f"; {member!r} is listed too: two entries for one file" if member in raw["files"] else ""
+            findings.append(error(
+                "bad-config", f"{MANIFEST_NAME} names {rel!r}, not a normalized path (it stands for {member!r}){twice}; "
+                "the entry is ignored (clef-format manifest writes each file once, by its plain path)",
+                file=MANIFEST_NAME, fix=fix))
+            continue
         digest = entry.get(ALGORITHM) if isinstance(entry, dict) else None
         esize = entry.get("size") if isinstance(entry, dict) else None
         if (not isinstance(digest, str) or not _HEX64.match(digest) or not isinstance(esize, int)

@@ -92,6 +92,7 @@ CODES: dict[str, str] = {
     "example-refused": "example would not build there: the folder lies inside a Hugging Face cache, or a migrate holds its lock",
     "installed-plugin-unread": "the installed clef-vllm's metadata gives no valid version (empty or not PEP 440): whether it can serve these weights is not known (warning)",
     "tree-too-deep": "folders nest deeper inside the checkpoint than the reader descends (a hostile or broken tree): what lies below was not read",
+    "special-file": "a FIFO, socket or device where a file belongs: never opened (an engine opening it would block forever or read something that is not the file)",
 }
 
 #: Codes that mean the command could not run: the CLI exits 2 when a report holds one of them.

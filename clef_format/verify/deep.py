@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, TypeVar
 from clef_format.progress import NO_PROGRESS
 from clef_format.read.checkpoint import Checkpoint
 from clef_format.read.hashing import HashPool, HashTask
-from clef_format.read.hf_cache import etag_digest, local_dir_etag, snapshot_blob
+from clef_format.read.hf_cache import etag_digest, local_dir_etag, local_dir_metadata, snapshot_blob
 from clef_format.read.manifest import ALGORITHM as MANIFEST_ALGORITHM
 from clef_format.read.manifest import MANIFEST_NAME, read_manifest
 from clef_format.spec import layouts as L
@@ -75,6 +75,8 @@ def gather_references(ck: Checkpoint) -> tuple[dict[str, Reference], list[str], 
     blocked: set[str] = set()  # metadata files or folders already reported unreadable
     if entries is not None:
         for rel in sorted(set(entries) - set(ck.files)):
+            if ck.reported(rel):  # there, but never read (path-escape, special-file): the reader says why
+                continue
             findings.append(error("missing-file", f"{rel} is listed in {MANIFEST_NAME} but absent", file=rel,
                                   fix="restore it from the original download"))
     for rel, size in sorted(ck.files.items()):
@@ -83,8 +85,8 @@ def gather_references(ck: Checkpoint) -> tuple[dict[str, Reference], list[str], 
             if entry.size != size:
                 findings.append(error(
                     "hash-mismatch", f"{rel}: {size} bytes, {MANIFEST_NAME} expects {entry.size}", file=rel,
-                    fix="re-download this file (truncated or modified); if the change was intended, re-run "
-                        "`clef-format manifest`"))
+                    fix=f"re-download this file (truncated or modified); if the change was intended, "
+                        f"{remanifest(ck)}"))
                 continue
             refs[rel] = Reference(MANIFEST_ALGORITHM, entry.digest, MANIFEST_NAME, ck.path(rel))
             continue
@@ -103,15 +105,40 @@ def gather_references(ck: Checkpoint) -> tuple[dict[str, Reference], list[str], 
             continue
         if ref is not None:
             refs[rel] = ref
+        elif not ck.hf_snapshot and os.path.isfile(meta := local_dir_metadata(ck.root, rel)):
+            findings.append(warning(  # there, but no etag in it: not "no metadata"
+                "manifest-missing", f"{rel}: its local_dir download metadata {os.path.relpath(meta, ck.root)} is "
+                "corrupt or unreadable (no etag sha256 or git sha1 on its second line): nothing to check it against",
+                file=rel, fix=f"re-download it: `hf download ORG/NAME {rel} --local-dir {ck.root} --force-download` "
+                              "(rewrites the metadata)"))
         elif not (rel == MANIFEST_NAME and entries is not None):
             unchecked.append(rel)
     return refs, unchecked, findings
 
 
+def remanifest(ck: Checkpoint) -> str:
+    """The command that records the files as they are now over the present manifest (which manifest
+    refuses to overwrite with files that fail it unless forced), with the checkpoint's real path."""
+    import shlex
+
+    return f"re-run `clef-format manifest {shlex.quote(os.path.abspath(ck.root))} --force`"
+
+
+def _snapshot_repo(ck: Checkpoint) -> tuple[str, str]:
+    """(repo id, revision folder) of a cache snapshot; ``ORG/NAME`` when the folder names none."""
+    from clef_format.read.copies import repo_id_of
+
+    real = os.path.realpath(ck.root)
+    return repo_id_of(os.path.basename(os.path.dirname(os.path.dirname(real)))) or "ORG/NAME", os.path.basename(real)
+
+
 def unchecked_fix(ck: Checkpoint) -> str:
     """How files with nothing to be checked against get a reference."""
-    if ck.hf_snapshot:
-        return "re-download the snapshot; files in a cache snapshot should be symlinks to blobs/<etag>"
+    if ck.hf_snapshot:  # clef-format never writes into a cache: manifest refuses there
+        repo, revision = _snapshot_repo(ck)
+        return (f"re-download the snapshot (`hf download {repo} --revision {revision} --force-download`: files in a "
+                "cache snapshot should be symlinks to blobs/<etag>), or copy it out (`hf download "
+                f"{repo} --revision {revision} --local-dir DIR`, whose metadata the gate checks)")
     return f"clef-format manifest {ck.root}  (records BLAKE3 digests that later --deep runs and the serving gate check)"
 
 
@@ -144,13 +171,10 @@ def refetch_fix(ck: Checkpoint, rel: str, ref: Reference) -> str:
     """How to get ``rel`` back as it was downloaded or recorded: the command for its kind of download."""
     if ref.source == MANIFEST_NAME:
         return (f"copy {rel} again from the copy {MANIFEST_NAME} was made from (or re-run the migrate that wrote it); "
-                f"if the change was intended, re-run `clef-format manifest {ck.root}`")
+                f"if the change was intended, {remanifest(ck)}")
     if ck.hf_snapshot:
-        from clef_format.read.copies import repo_id_of
-
-        real = os.path.realpath(ck.root)
-        repo = repo_id_of(os.path.basename(os.path.dirname(os.path.dirname(real)))) or "ORG/NAME"
-        return (f"re-download it: `hf download {repo} {rel} --revision {os.path.basename(real)} --force-download` "
+        repo, revision = _snapshot_repo(ck)
+        return (f"re-download it: `hf download {repo} {rel} --revision {revision} --force-download` "
                 "(the cache's blob is not the file its name says)")
     return f"re-download it: `hf download ORG/NAME {rel} --local-dir {ck.root} --force-download` (the repo it came from)"
 

@@ -50,6 +50,10 @@ _verified: set[tuple[object, ...]] = set()  # stat keys of files (and checkpoint
 _logged: set[tuple[str, tuple[str, ...]]] = set()  # (root, unchecked files) already warned about
 
 
+#: Unchecked files named in the gate's log line (the rest counted), as findings are capped.
+LOGGED_NAMES = 20
+
+
 def hashing_wanted(check_references: bool | None) -> bool:
     """The keyword when given, else ``CLEF_FORMAT_GATE_HASH`` (default on); a value it does not know is a
     ``UsageError``: an opt-out that silently did nothing would be worse than none."""
@@ -165,9 +169,12 @@ class ContentCheck:
         if unchecked and first:
             from clef_format.verify.deep import unchecked_fix
 
+            shown = ", ".join(unchecked[:LOGGED_NAMES])
+            if len(unchecked) > LOGGED_NAMES:
+                shown += f" and {len(unchecked) - LOGGED_NAMES} more (clef-format verify --deep lists them all)"
             log.warning("clef-format gate: %d file(s) of %s have no download reference and were not checked: %s "
-                        "(no Hugging Face cache blob name, no local_dir download metadata, no %s entry); fix: %s",
-                        len(unchecked), root, ", ".join(unchecked), MANIFEST_NAME, unchecked_fix(self.ck))
+                        "(no Hugging Face cache blob name, no usable local_dir download metadata, no %s entry); "
+                        "fix: %s", len(unchecked), root, shown, MANIFEST_NAME, unchecked_fix(self.ck))
         for f in unusable:
             if first:
                 log.warning("clef-format gate: a reference could not be used (%s): %s", f.code, f.message)

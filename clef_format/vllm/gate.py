@@ -32,6 +32,10 @@ if TYPE_CHECKING:
     from clef_format.read.checkpoint import Checkpoint
     from clef_format.vllm.content import ContentCheck
 
+#: The reader's errors about files it could not or would not read (as verify reports them): refused before
+#: anything else, which would otherwise judge a checkpoint with those files seemingly absent.
+READING_CODES = ("unreadable", "path-escape", "special-file")
+
 #: What the hooks accept as a checkpoint: a directory (str, bytes or path-like), a cached repo id, or one
 #: already read.
 CheckpointSource = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]", "Checkpoint"]
@@ -106,10 +110,10 @@ def check_checkpoint(source: CheckpointSource, plugin_version: str, vllm_version
     hashing = hashing_wanted(check_references)
 
     ck = open_checkpoint(_source_argument(source))
-    if ck.unreadable:
-        first = next(f for f in ck.findings if f.code == "unreadable")
-        raise IncompatibleError("unreadable", first.message, first.fix or "make the checkpoint readable",
-                                [f for f in ck.findings if f.code == "unreadable"])
+    reading = [f for f in ck.findings if f.severity == "error" and f.code in READING_CODES]
+    if reading:  # what could not (or must never) be read comes first: the layout and marker checks would guess
+        first = reading[0]
+        raise IncompatibleError(first.code, first.message + _more(reading), first.fix or "make the checkpoint readable", reading)
     path = str(ck.root)
     rules = vllm_version or running_vllm()  # whose matching rules verify's pattern check follows
     content = content_check(ck, hashing, check_references)  # hashing starts now, on every core
@@ -125,10 +129,30 @@ def check_checkpoint(source: CheckpointSource, plugin_version: str, vllm_version
     errors = hashed + errors  # a file that is not the download's first (an edited marker too): re-downloading it is the fix
     if errors:
         first = errors[0]
-        more = f" (and {len(errors) - 1} more: {', '.join(sorted({f.code for f in errors[1:]}))})" if len(errors) > 1 else ""
-        raise IncompatibleError(first.code, first.message + more,
+        raise IncompatibleError(first.code, first.message + _more(errors),
                                 first.fix or f"run clef-format verify {path} and fix what it reports", errors)
     return ck
+
+
+#: Files named per code in a refusal's message (the findings list holds them all).
+MORE_FILES = 20
+
+
+def _more(errors: list) -> str:
+    """The errors after the first, in the refusal's one line: each code with the files it names (two
+    edited files are both named, not one and a count)."""
+    if len(errors) < 2:
+        return ""
+    by_code: dict[str, list[str]] = {}
+    for f in errors[1:]:
+        by_code.setdefault(f.code, [])
+        if f.file is not None and f.file not in by_code[f.code]:
+            by_code[f.code].append(f.file)
+    parts = []
+    for code, files in sorted(by_code.items()):
+        shown = ", ".join(files[:MORE_FILES]) + (f" and {len(files) - MORE_FILES} more" if len(files) > MORE_FILES else "")
+        parts.append(f"{code} [{shown}]" if files else code)
+    return f" (and {len(errors) - 1} more: {'; '.join(parts)})"
 
 
 def _streamed_errors(ck: "Checkpoint") -> list:

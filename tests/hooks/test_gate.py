@@ -220,6 +220,62 @@ def test_check_checkpoint_refuses_rope_parameters_vllm_cannot_build(fresh, key: 
     assert exc.value.code == "config-invalid" and any(key in f.message for f in exc.value.findings)
 
 
+# ---------------------------------------------------------------- files that are there but never read
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket"])
+def test_a_fifo_or_socket_is_special_file_in_verify_deep_manifest_and_the_gate(fresh, kind: str) -> None:
+    """A FIFO (or socket) where tokenizer_config.json belongs: never opened (opening a FIFO blocks until a
+    writer comes: the engine would hang), an error that says what it is, and the same in verify, verify
+    --deep, manifest and the gate: never 'missing', never served, never silently skipped."""
+    import socket
+
+    from clef_format.cli.main import main
+
+    root = fresh()
+    rel = "tokenizer_config.json"
+    (root / rel).unlink()
+    if kind == "fifo":
+        os.mkfifo(root / rel)
+    else:
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(root / rel))
+    for deep in (False, True):
+        report = verify(str(root), plugin_version="0.2.1", deep=deep)
+        hits = [f for f in report.findings if f.file == rel]
+        assert [(f.code, f.severity) for f in hits] == [("special-file", "error")], hits
+        assert ("FIFO" in hits[0].message and "block forever" in hits[0].message if kind == "fifo"
+                else "socket" in hits[0].message)
+        assert not any(f.code == "missing-file" for f in report.findings)
+    with pytest.raises(IncompatibleError) as exc:
+        check_checkpoint(str(root), "0.2.1")
+    assert exc.value.code == "special-file" and rel in exc.value.reason and exc.value.fix
+    assert main(["manifest", str(root)]) == 1 and not (root / "clef_manifest.json").exists()
+
+
+@pytest.mark.parametrize("with_manifest", [False, True])
+def test_the_gate_reports_a_symlink_out_of_the_checkpoint_as_verify_does(fresh, tmp_path: Path,
+                                                                         with_manifest: bool) -> None:
+    """The backbone a symlink to a file outside the checkpoint: verify says path-escape naming it; the gate
+    must say the same first (not unknown-layout, nor 'listed in clef_manifest.json but absent')."""
+    from clef_format.cli.main import main
+
+    root = fresh()
+    if with_manifest:
+        assert main(["manifest", str(root)]) == 0
+    rel = L.BACKBONE_SINGLE
+    outside = tmp_path / "outside.safetensors"
+    (root / rel).rename(outside)
+    (root / rel).symlink_to(outside)
+    report = verify(str(root), plugin_version="0.2.1", deep=with_manifest)
+    assert "path-escape" in [f.code for f in report.findings if f.file == rel and f.severity == "error"]
+    assert not any(f.code == "missing-file" and f.file == rel for f in report.findings)
+    with pytest.raises(IncompatibleError) as exc:
+        check_checkpoint(str(root), "0.2.1")
+    assert exc.value.code == "path-escape" and rel in exc.value.reason
+    assert not any(f.code == "missing-file" for f in exc.value.findings)
+
+
 def test_gate_or_report_raises_without_a_handler_and_hands_over_with_one(fresh) -> None:
     """The ungated build's hook (examples/clef-vllm): without ``on_refusal`` it is the gate; with one the
     refusal reaches the handler, nothing is raised, and the checkpoint comes back read (not checked)."""

@@ -308,3 +308,116 @@ def test_the_streamed_checks_are_run_again_after_a_change(source: Path, tmp_path
     reseal_digests(root / L.TABLES)
     exc = _refusal(root)
     assert exc is not None and exc.code == "table-value-range"
+
+
+# ---------------------------------------------------------------- fixes that fix
+
+
+def _command_in(fix: str, prefix: str) -> list[str]:
+    """The backquoted command starting with ``prefix`` in a fix, split as a shell would."""
+    import re
+    import shlex
+
+    found = [c for c in re.findall(r"`([^`]+)`", fix) if c.startswith(prefix)]
+    assert found, fix
+    return shlex.split(found[0])
+
+
+@pytest.mark.parametrize("edit", ["same-size", "size"])
+def test_a_manifest_mismatch_fix_names_the_real_path_and_force_and_works(
+        source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edit: str) -> None:
+    """The intended-change half of a manifest mismatch's fix, run as printed from another folder,
+    records the files (manifest refuses a checkpoint that fails its manifest without --force) and the
+    gate then serves: the path is the checkpoint's own, in both the same-size and the size variant."""
+    root = manifest_folder(source, tmp_path)
+    if edit == "same-size":
+        ONE_BYTE["config"][1](root)
+    else:
+        with open(root / "generation_config.json", "a") as fh:
+            fh.write("\n")
+    exc = _refusal(root)
+    assert exc is not None and exc.code == "hash-mismatch", exc
+    argv = _command_in(exc.fix, "clef-format manifest")
+    assert argv[2] == str(root.resolve()) and "--force" in argv, exc.fix
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert main(argv[1:]) == 0
+    content.forget_verified()
+    assert _refusal(root) is None
+
+
+def test_two_edited_files_in_one_snapshot_are_both_named(source: Path, tmp_path: Path) -> None:
+    """Two files of one cache snapshot changed (in the blob store): the refusal's message names both."""
+    root = cache_checkout(source, tmp_path)
+    for kind in ("config", "tokenizer"):
+        ONE_BYTE[kind][1](root)
+    exc = _refusal(root)
+    assert exc is not None and exc.code == "hash-mismatch"
+    assert {f.file for f in exc.findings if f.code == "hash-mismatch"} == {L.CONFIG, "tokenizer.json"}
+    assert L.CONFIG in exc.reason and "tokenizer.json" in exc.reason, exc.reason
+
+
+def test_an_unchecked_file_in_a_snapshot_gets_a_fix_that_works_in_a_cache(
+        source: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A snapshot entry that is a plain file (no blob name to check it against): the warning's fix is a
+    re-download or a copy out of the cache, never ``clef-format manifest`` (refused inside a cache)."""
+    root = cache_checkout(source, tmp_path)
+    entry = root / "tokenizer.json"
+    data = entry.read_bytes()
+    entry.unlink()
+    entry.write_bytes(data)
+    with caplog.at_level(logging.WARNING, logger="clef_format.gate"):
+        assert _refusal(root) is None
+    (warning,) = [r for r in caplog.records if "not checked" in r.getMessage()]
+    text = warning.getMessage()
+    assert "tokenizer.json" in text and "clef-format manifest" not in text
+    assert "hf download org/clef-tiny" in text and "--force-download" in text and "--local-dir" in text
+
+
+def test_the_unchecked_log_line_is_capped(source: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Hundreds of unchecked files read at start: the gate's one log line names 20 and counts the rest."""
+    root = tmp_path / "plain"
+    shutil.copytree(source, root)
+    for i in range(300):  # top-level files: a loader may open any of them
+        (root / f"added_{i:04d}.json").write_text("{}\n")
+    with caplog.at_level(logging.WARNING, logger="clef_format.gate"):
+        assert _refusal(root) is None
+    (warning,) = [r for r in caplog.records if "not checked" in r.getMessage()]
+    text = warning.getMessage()
+    n = int(text.split("clef-format gate: ", 1)[1].split(" ", 1)[0])
+    assert n > content.LOGGED_NAMES and f"and {n - content.LOGGED_NAMES} more" in text, text[:300]
+    assert len(text) < 4000
+
+
+def test_corrupt_local_dir_metadata_is_said_to_be_corrupt(source: Path, tmp_path: Path,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """A --local-dir download whose metadata for config.json is garbage: logged as corrupt, not as absent."""
+    root = local_dir_download(source, tmp_path)
+    (root / ".cache/huggingface/download/config.json.metadata").write_bytes(b"\x00garbage")
+    with caplog.at_level(logging.WARNING, logger="clef_format.gate"):
+        assert _refusal(root) is None
+    text = " ".join(r.getMessage() for r in caplog.records)
+    assert "config.json.metadata is corrupt or unreadable" in text, text
+
+
+@pytest.mark.parametrize("bogus", ["clef_head/../tokenizer.json", "./tokenizer.json"])
+def test_a_non_normalized_manifest_entry_is_a_finding_of_the_manifest(
+        source: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, bogus: str) -> None:
+    """A manifest entry that normalizes onto another file's (a second entry for tokenizer.json): a finding
+    of the manifest, never a stand-in for the real entry (a bogus hash-mismatch of the good file)."""
+    import json
+
+    from clef_format.verify.run import verify
+
+    root = manifest_folder(source, tmp_path)
+    manifest = json.loads((root / "clef_manifest.json").read_text())
+    manifest["files"][bogus] = {"size": manifest["files"]["tokenizer.json"]["size"], "blake3": "0" * 64}
+    (root / "clef_manifest.json").write_text(json.dumps(manifest))
+    report = verify(str(root), plugin_version=PLUGIN, deep=True)
+    assert not any(f.code == "hash-mismatch" for f in report.findings), report.findings
+    (bad,) = [f for f in report.findings if f.code == "bad-config" and f.file == "clef_manifest.json"]
+    assert bogus in bad.message and "two entries for one file" in bad.message and bad.severity == "error"
+    with caplog.at_level(logging.WARNING, logger="clef_format.gate"):
+        assert _refusal(root) is None  # the engine never reads the manifest: logged, as any unusable reference
+    assert any(bogus in r.getMessage() for r in caplog.records)

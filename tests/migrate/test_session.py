@@ -636,3 +636,23 @@ def test_a_ctrl_c_during_an_in_place_run_names_the_command_that_deals_with_it(fr
     assert json.loads(proc.stdout)["findings"][0]["fix"] == fix.format(src=src)
     assert cli(*command.format(src=src).split()[1:], "--json").returncode == 0  # the fix, followed
     assert siblings(src) == [] and verified(src)[:2] == ("layout-2", True)
+
+
+def test_a_rerun_that_only_finishes_a_cleanup_never_says_nothing_was_written(built, tmp_path) -> None:
+    """An --output run killed at its second swap point, then ``migrate OUT``: the rerun finishes the
+    interrupted run's cleanup (a write), so its message says no step was left, never "nothing written"."""
+    import sys
+
+    from clef_format.migrate.crash import CRASH_ENV
+
+    src, out = built("layout-1", "hybrid"), tmp_path / "out1"
+    env = {**os.environ, CRASH_ENV: "swap:2"}
+    run = [sys.executable, "-m", "clef_format", "migrate"]
+    crashed = subprocess.run([*run, str(src), "--to", "layout-2", "--output", str(out)], env=env, capture_output=True)
+    assert crashed.returncode != 0
+    env.pop(CRASH_ENV)
+    rerun = json.loads(subprocess.run([*run, str(out), "--json"], env=env, capture_output=True, text=True).stdout)
+    assert rerun["recovered"] and "cleanup" in rerun["recovered"][0], rerun
+    assert "nothing written" not in rerun["message"] and "no step left" in rerun["message"], rerun["message"]
+    again = json.loads(subprocess.run([*run, str(out), "--json"], env=env, capture_output=True, text=True).stdout)
+    assert again["message"] == "already at layout-2: nothing to do, nothing written" and not again["recovered"]

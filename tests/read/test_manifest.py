@@ -31,7 +31,7 @@ def test_no_manifest_is_none_and_no_finding(fresh) -> None:
 
 def test_valid_entries_are_read_and_the_manifest_is_not_its_own_entry(fresh) -> None:
     root = _with_manifest(fresh, _manifest({"config.json": {"size": 12, "blake3": DIGEST},
-                                            "sub/./x.bin": {"size": 0, "blake3": DIGEST}}))
+                                            "sub/x.bin": {"size": 0, "blake3": DIGEST}}))
     ck = read_checkpoint(root)
     assert read_manifest(ck) == ({"config.json": ManifestEntry(12, DIGEST), "sub/x.bin": ManifestEntry(0, DIGEST)}, [])
     assert MANIFEST_NAME not in manifest_files(ck) and "config.json" in manifest_files(ck)
@@ -137,3 +137,15 @@ def test_a_key_written_twice_is_refused_as_in_every_other_json(fresh) -> None:
         "message": f"{MANIFEST_NAME} holds the key 'config.json' twice: JSON readers disagree on which one counts "
                    "(Python's keeps the last, others the first)",
         "file": MANIFEST_NAME, "fix": f"re-create it with `clef-format manifest {root}` from a known-good copy"}]
+
+
+def test_a_non_normalized_entry_is_a_finding_and_ignored(fresh) -> None:
+    """``sub/./x.bin`` is not how manifest writes a path: the entry is reported and never stands for
+    ``sub/x.bin`` (whose own entry, when there is one, it would otherwise replace)."""
+    root = _with_manifest(fresh, _manifest({"config.json": {"size": 12, "blake3": DIGEST},
+                                            "sub/./x.bin": {"size": 0, "blake3": DIGEST}}))
+    entries, (finding,) = read_manifest(read_checkpoint(root))
+    assert entries == {"config.json": ManifestEntry(12, DIGEST)}
+    assert (finding.code, finding.severity, finding.file) == ("bad-config", "error", MANIFEST_NAME)
+    assert "'sub/./x.bin'" in finding.message and "'sub/x.bin'" in finding.message
+    assert "two entries" not in finding.message

@@ -397,7 +397,7 @@ CASES: list[Case] = [
     Case("symlink-dev-zero", symlink(BACKBONE, lambda root: "/dev/zero"), "path-escape"),
     Case("symlink-absolute-etc", symlink(L.CONFIG, lambda root: "/etc/hostname"), "path-escape"),
     Case("symlink-loop", symlink(L.CONFIG, lambda root: L.CONFIG), "missing-file"),
-    Case("fifo-config", mkfifo(L.CONFIG), "missing-file"),
+    Case("fifo-config", mkfifo(L.CONFIG), "special-file"),  # there, never opened: not missing
     # --- pickle ------------------------------------------------------------------------------
     Case("pickle-bin-present", replace_bytes("pytorch_model.bin", pickle.dumps({"a": 1})), "unsafe-file"),
     Case("pickle-pt-in-head", replace_bytes("clef_head/joint_head.pt", pickle.dumps({"a": 1})), "unsafe-file"),

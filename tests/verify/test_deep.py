@@ -250,3 +250,54 @@ def test_a_nonfinite_global_scale_is_named_by_its_value(value: float, tmp_path: 
     found = [f for f in backbone_scale_findings(read_checkpoint(root)) if f.severity == "error"]
     assert [f.code for f in found] == ["nonfinite-scale"]
     assert "got 0.0" not in found[0].message
+
+
+# ------------------------------------------------------------------ a file shrinking while it is hashed
+
+def _truncating_progress(path: Path, keep: int):
+    """A progress callback that truncates ``path`` to ``keep`` bytes when first called (after the first
+    chunk of some file is hashed); a lock makes every other call wait until the truncation is done."""
+    import threading
+
+    lock, done = threading.Lock(), []
+
+    def advance(n: int) -> None:
+        with lock:
+            if not done:
+                os.truncate(path, keep)
+                done.append(n)
+
+    return advance
+
+
+@pytest.mark.parametrize("algorithm", hashing.ALGORITHMS)
+def test_a_file_truncated_while_hashed_raises_oserror_never_a_signal(tmp_path: Path, algorithm: str) -> None:
+    """A memory-mapped file that shrinks under the reader kills the process with SIGBUS; hashing reads
+    instead, so a file cut after its first chunk is an ``OSError`` (the caller's ``unreadable`` finding)."""
+    p = tmp_path / "big.bin"
+    with open(p, "wb") as fh:
+        fh.truncate(3 * hashing.BLAKE3_CHUNK + 5)
+    with pytest.raises(OSError, match="changed size while it was hashed"):
+        hash_file(str(p), algorithm, _truncating_progress(p, 1000))
+    assert os.path.getsize(p) == 1000
+
+
+def test_deep_reports_a_file_truncated_while_hashed_as_unreadable(tmp_path: Path) -> None:
+    """``verify --deep`` on a checkpoint whose largest file is cut while it is hashed: an ``unreadable``
+    finding naming it (could not run), never a crash or a verdict on the cut bytes."""
+    from clef_format.verify.deep import DeepRun
+
+    root = fresh_copy(tmp_path / "ck")
+    big = root / "tokenizer.model"
+    with open(big, "wb") as fh:
+        fh.truncate(16 * hashing.BLAKE3_CHUNK)
+    assert main(["manifest", str(root)]) == 0
+
+    class Cutting:
+        def add(self, description: str, total: int, unit: str = "B"):
+            return _truncating_progress(big, 1000)
+
+    findings = DeepRun(read_checkpoint(str(root)), Cutting()).finish()
+    hit = [f for f in findings if f.file == "tokenizer.model"]
+    assert [f.code for f in hit] == ["unreadable"], findings
+    assert "changed size while it was hashed" in hit[0].message

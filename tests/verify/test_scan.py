@@ -256,3 +256,20 @@ def test_usage(world: dict[str, Path], tmp_path: Path) -> None:
     a_file.write_text("x")
     proc = cli(_env(a_file), "scan", "--json")  # a cache that cannot be listed: could not run
     assert proc.returncode == 2 and json.loads(proc.stdout)["findings"][0]["code"] == "unreadable"
+
+
+def test_fixable_into_a_folder_inside_the_cache_is_refused_up_front(world: dict[str, Path]) -> None:
+    """``--into`` inside the Hugging Face cache: every migrate command printed would be refused (clef-format
+    never writes into a cache), so scan refuses first, a usage error with a fix, printing no command."""
+    env = _env(world["cache"])
+    inside = world["cache"] / "my-migrated"
+    inside.mkdir(exist_ok=True)
+    try:
+        proc = cli(env, "scan", "--fixable", "--into", str(inside), "--json")
+        out = json.loads(proc.stdout)
+        assert proc.returncode == 2 and out["findings"][0]["code"] == "usage-error", out
+        assert "Hugging Face cache" in out["findings"][0]["message"] and out["findings"][0]["fix"]
+        text = cli(env, "scan", "--fixable", "--into", str(inside))
+        assert text.returncode == 2 and "migrate" not in text.stdout
+    finally:
+        inside.rmdir()

@@ -74,6 +74,13 @@ def run(args: argparse.Namespace) -> int:
     if args.into is not None and not os.path.isdir(args.into):
         raise UsageError(f"--into {args.into}: no such folder (the printed commands would fail)",
                          fix=f"mkdir -p {shlex.quote(args.into)}, or give an existing folder")
+    if args.into is not None:
+        from clef_format.read.hf_cache import in_hf_cache
+
+        if in_hf_cache(args.into):  # the one cache-boundary rule migrate refuses --output by
+            raise UsageError(f"--into {args.into} lies inside a Hugging Face cache, which clef-format never writes "
+                             "to: every printed migrate command would be refused",
+                             fix="give a folder outside the cache, e.g. --into ~/clef-models")
     from clef_format.read.installed_plugin import installed_here
 
     walk = _walk(args.roots)

@@ -18,8 +18,9 @@ from clef_format.spec.marker import MarkerError, parse_marker
 def check_layout(ck: Checkpoint, opts: VerifyOptions = DEFAULTS, vllm: VllmBuild | None = None) -> Iterator[Finding]:
     path = str(ck.root)
     layout = ck.layout
-    if not ck.backbone_files and not any(f.code in ("missing-file", "bad-header") or f.file == L.BACKBONE_INDEX
-                                         for f in ck.findings):  # a reader finding already says why
+    if not ck.backbone_files and not ck.reported(L.BACKBONE_SINGLE) and not any(
+            f.code in ("missing-file", "bad-header") or f.file == L.BACKBONE_INDEX
+            for f in ck.findings):  # a reader finding already says why
         what = (f"{L.BACKBONE_INDEX} maps no tensor to a shard" if ck.has(L.BACKBONE_INDEX)
                 else f"neither {L.BACKBONE_SINGLE} nor {L.BACKBONE_INDEX}")
         yield error("missing-file", f"no backbone: {what}",
@@ -28,10 +29,11 @@ def check_layout(ck: Checkpoint, opts: VerifyOptions = DEFAULTS, vllm: VllmBuild
         if ck.backbone_files:
             yield error("unknown-layout", "the files match no Clef layout (no joint head, or tables nowhere)",
                         fix=f"compare with the layouts in `clef-format verify --help`; re-download {path}")
-    # a file the reader already reported as missing (a broken symlink, a cache blob deleted) is one finding
+    # a file the reader already reported as missing (a broken symlink, a cache blob deleted) is one finding;
+    # one there but never read (ck.reported: path-escape, special-file) is not missing at all
     reported = {f.file for f in ck.findings if f.code == "missing-file"}
     for rel in L.required_files(layout):
-        if not ck.has(rel) and rel not in ck.bad_headers and rel not in reported:
+        if not ck.has(rel) and rel not in ck.bad_headers and rel not in reported and not ck.reported(rel):
             yield error("missing-file", f"{rel} is missing ({layout} requires it)", file=rel,
                         fix="download this file from the same revision of the checkpoint")
     indexed = ck.has(L.BACKBONE_INDEX)  # with an index, vLLM loads only the shards it names
@@ -43,7 +45,8 @@ def check_layout(ck: Checkpoint, opts: VerifyOptions = DEFAULTS, vllm: VllmBuild
                         "loaded too",
                         file=rel, fix=f"remove or move {rel} out of the checkpoint folder")
     for rel in L.TOKENIZER_FILES:  # by name and size only: a multi-MB tokenizer is never parsed here
-        if layout is not Layout.UNKNOWN and rel not in reported and (not ck.has(rel) or ck.files[rel] == 0):
+        if (layout is not Layout.UNKNOWN and rel not in reported and not ck.reported(rel)
+                and (not ck.has(rel) or ck.files[rel] == 0)):
             state = "missing" if not ck.has(rel) else "empty (0 bytes)"
             yield warning("missing-file", f"{rel} is {state}: serving needs the tokenizer", file=rel,
                           fix="download the tokenizer files from the same revision")
