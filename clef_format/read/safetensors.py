@@ -164,6 +164,8 @@ def parse_header(raw: bytes, file_size: int) -> Header:
 
     entries: list[tuple[int, int, str, TensorInfo]] = []
     bits_of = DTYPE_BITS
+    make = tuple.__new__  # TensorInfo(...) without a Python-level __new__ call per tensor
+    info_cls = TensorInfo
     for name, entry in obj.items():
         # Hot loop (thousands of entries per 9B shard): inline checks, no helper calls.
         if type(entry) is not tuple:
@@ -177,7 +179,8 @@ def parse_header(raw: bytes, file_size: int) -> Header:
             dtype = fields.get("dtype")
             shape = fields.get("shape")
             offsets = fields.get("data_offsets")
-        if type(dtype) is not str or dtype not in bits_of:
+        bits = bits_of.get(dtype) if type(dtype) is str else None
+        if bits is None:
             raise HeaderError("bad-dtype", f"tensor {name!r} has unknown dtype {dtype!r}")
         if type(shape) is not list:
             raise HeaderError("bad-shape", f"tensor {name!r} has an invalid shape {shape!r}")
@@ -195,19 +198,19 @@ def parse_header(raw: bytes, file_size: int) -> Header:
             raise HeaderError("bad-offsets", f"tensor {name!r} ends before it begins ({begin}, {end})")
         if numel > _U64_MAX:
             raise HeaderError("overflow", f"tensor {name!r}: element count overflows")
-        total_bits = numel * bits_of[dtype]
+        total_bits = numel * bits
         if total_bits > _U64_MAX or total_bits % 8:
             raise HeaderError("overflow", f"tensor {name!r}: byte size overflows or is not whole")
-        if end - begin != total_bits // 8:
+        if end - begin != total_bits >> 3:
             raise HeaderError(
                 "size-mismatch",
                 f"tensor {name!r}: {end - begin} bytes stored, {total_bits // 8} implied by {dtype}{shape}",
             )
-        entries.append((begin, end, name, TensorInfo(dtype, tuple(shape), begin, end)))
+        entries.append((begin, end, name, make(info_cls, (dtype, tuple(shape), begin, end))))
 
     entries.sort()
     expected_begin = 0
-    for begin, end, name, _ in entries:
+    for begin, end, name, _ in entries:  # (an empty tensor sorts before a full one at the same offset)
         if begin != expected_begin:
             kind = "overlap" if begin < expected_begin else "gap"
             raise HeaderError(

@@ -19,7 +19,7 @@ from clef_format.records import Record
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
-    from typing import Any, Iterable, Mapping
+    from typing import Any, Callable, Iterable, Mapping
 
 from clef_format.read.safetensors import TensorInfo
 from clef_format.spec import schemes
@@ -308,15 +308,23 @@ def _compile(pattern: str) -> re.Pattern[str]:
 # ----------------------------------------------------------------------------- matching
 
 
-@lru_cache(maxsize=65536)
+#: ``re:`` target -> its compiled pattern's ``match``: asked thousands of times per verify, by target.
+_MATCHERS: dict[str, Callable[[str], re.Match[str] | None]] = {}
+
+
+@lru_cache(maxsize=None)
 def equal_or_regex(value: str, target: str, contains: bool = False) -> bool:
     """vLLM's ``_is_equal_or_regex_match``: ``re:`` -> ``re.match`` (start-anchored only).
 
     Cached: verify asks the same (name, pattern) pairs from several angles (vLLM decisions,
-    which layers a pattern hits, fix candidates); a 9B config makes thousands of them.
+    which layers a pattern hits, fix candidates); a 9B config makes thousands of them. Unbounded,
+    as a plain dict is cheapest to fill: the pairs are a model's names times a config's patterns.
     """
     if target.startswith("re:"):
-        return _compile(target[3:]).match(value) is not None
+        match = _MATCHERS.get(target)
+        if match is None:
+            match = _MATCHERS[target] = _compile(target[3:]).match
+        return match(value) is not None
     if contains:
         return target.lower() in value.lower()
     return target == value
