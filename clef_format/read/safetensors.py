@@ -278,10 +278,10 @@ def read_scalars(path: str | os.PathLike[str], header: Header, names: list[str])
     wanted = [(info, n) for info, n in wanted if info.dtype in _SCALAR_FORMATS and info.numel == 1]
     if not wanted:
         return out
-    with open(path, "rb") as fh:
+    with open(path, "rb", buffering=0) as fh:  # one pread each: no 8 KiB buffer filled to take 4 bytes
+        fd = fh.fileno()
         for info, name in sorted(wanted, key=lambda w: w[0].begin):
-            fh.seek(header.data_start + info.begin)
-            raw = fh.read(info.nbytes)
+            raw = os.pread(fd, info.nbytes, header.data_start + info.begin)
             if len(raw) == info.nbytes:
                 out[name] = _scalar(info.dtype, raw)
     return out

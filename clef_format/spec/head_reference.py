@@ -1334,12 +1334,13 @@ _DYNAMIC = {"globals", "vars", "locals", "exec", "eval", "__import__", "__builti
 def _children(node: ast.AST) -> list[ast.AST]:
     """The direct child nodes, in field order (``ast.iter_child_nodes``)."""
     out: list[ast.AST] = []
+    node_type = ast.AST
     for field in node._fields:
         value = getattr(node, field, None)
-        if isinstance(value, ast.AST):
+        if type(value) is list:
+            out += [v for v in value if isinstance(v, node_type)]
+        elif isinstance(value, node_type):
             out.append(value)
-        elif isinstance(value, list):
-            out.extend(v for v in value if isinstance(v, ast.AST))
     return out
 
 
@@ -1395,13 +1396,21 @@ def _module_bindings(tree: ast.Module) -> dict[str, list[tuple[int, str]]]:
     return out
 
 
+#: The node types ``_dynamic`` looks into beyond names and attributes (the parser makes exact types).
+_BINDING_KINDS = frozenset({ast.Global, ast.Nonlocal, ast.Assign, ast.Delete, ast.AugAssign, ast.AnnAssign, ast.For,
+                            ast.With, ast.comprehension, ast.Call})
+
+
 def _dynamic(node: ast.AST) -> str:
     """Why this one node may make the names the reader resolves differ from what Python runs, or ""."""
+    kind = type(node)  # one dispatch per node: tampering asks every node of the file
+    if kind is ast.Name:
+        return f"line {node.lineno}: {node.id}" if node.id in _DYNAMIC else ""
+    if kind is ast.Attribute:
+        return f"line {node.lineno}: .{node.attr}" if node.attr in _DYNAMIC else ""
+    if kind not in _BINDING_KINDS:
+        return ""
     line = getattr(node, "lineno", 0)
-    if isinstance(node, ast.Name) and node.id in _DYNAMIC:
-        return f"line {line}: {node.id}"
-    if isinstance(node, ast.Attribute) and node.attr in _DYNAMIC:
-        return f"line {line}: .{node.attr}"
     if isinstance(node, (ast.Global, ast.Nonlocal)):
         return f"line {line}: {type(node).__name__.lower()} {', '.join(node.names)}"
     targets: list[ast.AST] = []

@@ -309,22 +309,30 @@ def _compile(pattern: str) -> re.Pattern[str]:
 
 
 #: ``re:`` target -> its compiled pattern's ``match``: asked thousands of times per verify, by target.
-_MATCHERS: dict[str, Callable[[str], re.Match[str] | None]] = {}
+_MATCHERS: dict[str, Callable[[str], object]] = {}
 
 
-@lru_cache(maxsize=None)
-def equal_or_regex(value: str, target: str, contains: bool = False) -> bool:
-    """vLLM's ``_is_equal_or_regex_match``: ``re:`` -> ``re.match`` (start-anchored only).
-
-    Cached: verify asks the same (name, pattern) pairs from several angles (vLLM decisions,
-    which layers a pattern hits, fix candidates); a 9B config makes thousands of them. Unbounded,
-    as a plain dict is cheapest to fill: the pairs are a model's names times a config's patterns.
-    """
+def name_matcher(target: str) -> Callable[[str], object]:
+    """``equal_or_regex(name, target)`` as one callable of a name, truthy exactly on a match: the compiled
+    pattern's ``match`` for ``re:``, else ``target.__eq__`` (names are str). Both are C functions, so
+    ``any(map(name_matcher(t), names))`` asks a whole list without a Python frame per name."""
     if target.startswith("re:"):
         match = _MATCHERS.get(target)
         if match is None:
             match = _MATCHERS[target] = _compile(target[3:]).match
-        return match(value) is not None
+        return match
+    return target.__eq__
+
+
+def equal_or_regex(value: str, target: str, contains: bool = False) -> bool:
+    """vLLM's ``_is_equal_or_regex_match``: ``re:`` -> ``re.match`` (start-anchored only).
+
+    Each ``re:`` target is compiled once (``name_matcher``); the pairs themselves are not cached: a
+    9B config asks thousands of them, two thirds of them only once, and the match costs less than
+    a cache entry (measured with callgrind: benchmarks/RESULTS.md).
+    """
+    if target.startswith("re:"):
+        return name_matcher(target)(value) is not None
     if contains:
         return target.lower() in value.lower()
     return target == value
@@ -359,12 +367,15 @@ def find_matched_target(name: str, cls: str, targets: Iterable[str], packed: Map
 
 def should_ignore(name: str, ignore: tuple[str, ...], packed: Mapping[str, tuple[str, ...]], version: str = DEFAULT_VLLM) -> bool:
     """vLLM's ``should_ignore_layer``; raises ``VllmLayerError`` for a partly ignored fused layer."""
+    if not ignore:
+        return False
     proj = name.split(".")[-1]
-    if rules_for(version).fused_name_ignore and any(equal_or_regex(name, i) for i in ignore):
+    matchers = [name_matcher(i) for i in ignore]
+    if rules_for(version).fused_name_ignore and any(m(name) for m in matchers):
         return True
     if proj in packed and name not in ignore:
         shard_names = packed[proj]
-        verdicts = {any(equal_or_regex(name.replace(proj, s), i) for i in ignore) for s in shard_names}
+        verdicts = {any(m(name.replace(proj, s)) for m in matchers) for s in shard_names}
         if len(verdicts) > 1:
             raise VllmLayerError(
                 "ValueError",
@@ -372,7 +383,7 @@ def should_ignore(name: str, ignore: tuple[str, ...], packed: Mapping[str, tuple
                 "vLLM requires all to use the same scheme.",
             )
         return verdicts.pop()
-    return any(equal_or_regex(name, i) for i in ignore)
+    return any(m(name) for m in matchers)
 
 
 # ----------------------------------------------------------------------------- schemes
@@ -632,11 +643,11 @@ class _HfResolver:
 
     def __call__(self, name: str) -> HfDecision:
         qc, classes = self.qc, self.classes
-        if not any(ct_match(name, t, classes) for t in qc.hf_targets):
+        if not any(t in classes or name_matcher(t)(name) for t in qc.hf_targets):
             return HfDecision(name, None)
-        if any(ct_match(name, i, classes) for i in qc.ignore):
+        if any(i in classes or name_matcher(i)(name) for i in qc.ignore):
             return HfDecision(name, None, ignored=True)
-        by_name = [t for t in self.ordered if equal_or_regex(name, t)]
+        by_name = [t for t in self.ordered if name_matcher(t)(name)]
         by_class = [t for t in self.ordered if t in classes and t not in by_name]
         target = (by_name + by_class)[0]
         return HfDecision(name, self._scheme(target, name), target, qc.hf_targets[target].group)
@@ -704,7 +715,7 @@ def stored_schemes(backbone: Mapping[str, TensorInfo], specs: Iterable[LinearSpe
 __all__ = [
     "Args", "block_problem", "ConfigError", "output_partitions", "Decision", "Entry", "HfDecision", "QuantConfig",
     "QuantConfigError", "VllmLayerError",
-    "VllmQuant", "classify", "equal_or_regex", "find_matched_target", "map_target", "parse_quant_config",
+    "VllmQuant", "classify", "equal_or_regex", "name_matcher", "find_matched_target", "map_target", "parse_quant_config",
     "layout_fits", "resolve_hf", "resolve_hf_module", "resolve_layer", "resolve_vllm", "should_ignore", "stored_schemes",
     "vllm_view",
 ]
@@ -720,7 +731,7 @@ def class_only_targets(cfg: ModelConfig, qc: QuantConfig) -> list[str]:
     vLLM may build quantized layers the quantizer never quantized by that target."""
     names = [s.name for s in linear_modules(cfg)] + [vllm_names.lm_head_spec(cfg).name]
     return [t for t in qc.targets
-            if t not in vllm_names.HF_LINEAR_CLASSES and not any(equal_or_regex(n, t) for n in names)]
+            if t not in vllm_names.HF_LINEAR_CLASSES and not any(map(name_matcher(t), names))]
 
 
 def class_matched_modules(cfg: ModelConfig, qc: QuantConfig, version: str = DEFAULT_VLLM) -> dict[str, Entry]:

@@ -62,8 +62,22 @@ def check_scalar_scales(ck: Checkpoint, opts: VerifyOptions = DEFAULTS, vllm: Vl
                         fix="re-download the backbone; if it was quantized locally, re-run the quantization")
 
 
+#: The last checkpoint ``_scalars`` read, the names it was asked and the values it found: the global-scale
+#: check asks for a subset of what the scalar check just read (one read of each scale per verify).
+_LAST: list[tuple[Checkpoint, frozenset[str], dict[str, float]]] = []
+
+
 def _scalars(ck: Checkpoint, names: list[str]) -> dict[str, float]:
     """The values of these one-element tensors, one open per file."""
+    if _LAST and _LAST[0][0] is ck and _LAST[0][1].issuperset(names):
+        values = _LAST[0][2]
+        return {n: values[n] for n in names if n in values}
+    out = _read_scalars(ck, names)
+    _LAST[:] = [(ck, frozenset(names), out)]
+    return out
+
+
+def _read_scalars(ck: Checkpoint, names: list[str]) -> dict[str, float]:
     by_file: dict[str, list[str]] = {}
     for n in names:
         rel = ck.tensor_file.get(n)

@@ -87,9 +87,10 @@ def _fold(issues: list[_Issue]) -> list[Finding]:
 def _vllm_target_hits(model: VllmModel, target: str, first_only: bool = False) -> list[str]:
     """vLLM layers a (mapped) target can match: by name, by a shard name, or by class name."""
     hits = []
+    match = R.name_matcher(target)
     for layer in model.layers:
-        names = (layer.name, *_shard_names(layer, model))
-        if any(R.equal_or_regex(n, target) for n in names) or R.equal_or_regex(layer.cls, target, contains=True):
+        if match(layer.name) or any(map(match, _shard_names(layer, model))) \
+                or R.equal_or_regex(layer.cls, target, contains=True):
             hits.append(layer.name)
             if first_only:
                 break
@@ -99,8 +100,9 @@ def _vllm_target_hits(model: VllmModel, target: str, first_only: bool = False) -
 def _vllm_ignore_hits(model: VllmModel, entry: str, first_only: bool = False) -> list[str]:
     """vLLM layers an (mapped) ignore entry can affect: exact fused name, or a shard / plain name."""
     hits = []
+    match = R.name_matcher(entry)
     for layer in model.layers:
-        if entry == layer.name or any(R.equal_or_regex(n, entry) for n in _shard_names(layer, model)):
+        if entry == layer.name or any(map(match, _shard_names(layer, model))):
             hits.append(layer.name)
             if first_only:
                 break
