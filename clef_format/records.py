@@ -42,9 +42,11 @@ else:
         return template.replace(co_varnames=("_cls", *fields), co_name="__new__",
                                 co_qualname=f"{typename}.__new__")
 
-    def _namedtuple(typename: str, field_names: list, defaults: tuple | None, module: str | None) -> type:
+    def _namedtuple(typename: str, field_names: list, defaults: tuple | None, module: str | None,
+                    body: dict | None = None) -> type:
         """``collections.namedtuple(typename, field_names, defaults=defaults, module=module)``, without its
-        per-class ``eval`` (the module docstring says why)."""
+        per-class ``eval`` (the module docstring says why); ``body``: names to add to its namespace (the
+        class then made is the record itself, without a second class deriving from it)."""
         for name in [typename, *field_names]:
             if type(name) is not str or not name.isidentifier() or iskeyword(name):
                 raise ValueError(f"Type names and field names must be valid identifiers: {name!r}")
@@ -90,6 +92,8 @@ else:
         }
         for index, name in enumerate(fields):
             namespace[name] = _tuplegetter(index, f"Alias for field number {index}")
+        if body:
+            namespace.update(body)
         result = type(typename, (tuple,), namespace)
         result.__module__ = module
         return result
@@ -103,9 +107,13 @@ else:
             if with_default != fields[len(fields) - len(with_default):]:
                 raise TypeError(f"{name}: fields with defaults must come after fields without")
             defaults = tuple(ns.pop(f) for f in with_default)
-            base = _namedtuple(name, fields, defaults or None, ns.get("__module__"))
-            ns.setdefault("__slots__", ())
-            return type(name, (base,), ns)
+            if "__new__" in ns or "__classcell__" in ns or "__slots__" in ns:
+                # the body calls the namedtuple's own __new__ (super()): that needs it as a base class
+                base = _namedtuple(name, fields, defaults or None, ns.get("__module__"))
+                ns.setdefault("__slots__", ())
+                return type(name, (base,), ns)
+            body = {k: v for k, v in ns.items() if k != "__annotations__" or v}
+            return _namedtuple(name, fields, defaults or None, ns.get("__module__"), body)
 
     class Record(metaclass=_RecordMeta):
         """Base to declare a record; the class it makes derives from a namedtuple, not from Record."""
