@@ -137,10 +137,12 @@ def render_layers_report(report: Report) -> str:
 
 
 def render_manifest(report: Report) -> str:
-    """``clef-format manifest``: one line saying what was written, or the report of why nothing was."""
+    """``clef-format manifest``: one line saying what was written (then what ``--force`` wrote past, if
+    anything), or the report of why nothing was."""
     d: ManifestDetails = report.details  # type: ignore[assignment]
     if d.written:
-        return f"wrote {d.written}: {d.files} file(s), {(d.bytes or 0) / 1e9:.2f} GB, {d.algorithm}"
+        wrote = f"wrote {d.written}: {d.files} file(s), {(d.bytes or 0) / 1e9:.2f} GB, {d.algorithm}"
+        return wrote + ("\n\n" + render_report(report, title="manifest") if report.findings else "")
     return render_report(report, title="manifest")
 
 

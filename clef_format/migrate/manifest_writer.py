@@ -166,6 +166,11 @@ def _make_manifest_locked(ck: Any, path: str, force: bool, progress: Progress | 
         refusal = error("manifest-refused", "reading the checkpoint found errors; a manifest would record a broken "
                                            "download", fix=f"fix what clef-format verify {path} reports, or pass --force")
         return make_report("manifest", path, layout, [refusal, *errors], details)
+    # --force writes past them, but says so: each error it was forced past stays in the report, a warning
+    # now (a FIFO or an unsafe file is then simply not listed, and the user reads why)
+    forced = [f._replace(severity="warning", message=f"{f.message} (manifest written anyway: --force; the "
+                                                     "manifest vouches for what it lists, nothing more)")
+              for f in errors]
     files = manifest_files(ck)
     if not force:  # a manifest is checked first by --deep: it must never vouch for bytes that fail a reference
         from clef_format.verify.deep import reference_findings
@@ -201,7 +206,8 @@ def _make_manifest_locked(ck: Any, path: str, force: bool, progress: Progress | 
         raise CouldNotRun(f"cannot write the manifest in {ck.root}: {exc.strerror or exc}", code="unwritable",
                           fix="make the checkpoint directory writable, or run as its owner") from None
     crashpoint("cleanup")
-    return make_report("manifest", path, layout, [], ManifestDetails(target, ALGORITHM, len(digests), sum(files.values())))
+    return make_report("manifest", path, layout, forced, ManifestDetails(target, ALGORITHM, len(digests),
+                                                                        sum(files.values())))
 
 
 def rewrite_manifest(source: Any, new_root: str, changed: set[str], always: bool = False) -> str | None:

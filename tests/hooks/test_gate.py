@@ -253,6 +253,30 @@ def test_a_fifo_or_socket_is_special_file_in_verify_deep_manifest_and_the_gate(f
     assert main(["manifest", str(root)]) == 1 and not (root / "clef_manifest.json").exists()
 
 
+def test_manifest_force_past_a_fifo_says_what_it_left_out(fresh, capsys) -> None:
+    """``manifest --force`` writes past reading errors, but never silently: the FIFO it cannot list stays
+    in the report (a warning now, naming it, with its fix), and the manifest lists every other file."""
+    import json
+
+    from clef_format.cli.main import main
+    from clef_format.read.manifest import MANIFEST_NAME
+
+    root = fresh()
+    os.mkfifo(root / "extra.fifo")
+    capsys.readouterr()
+    assert main(["manifest", str(root), "--force", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    hits = [f for f in out["findings"] if f["file"] == "extra.fifo"]
+    assert [(f["code"], f["severity"]) for f in hits] == [("special-file", "warning")], out
+    assert "--force" in hits[0]["message"] and hits[0]["fix"]
+    listed = json.loads((root / MANIFEST_NAME).read_text())["files"]
+    assert "extra.fifo" not in listed and "config.json" in listed and out["files"] == len(listed)
+    (root / MANIFEST_NAME).unlink()
+    assert main(["manifest", str(root), "--force"]) == 0  # the text output says it too, with the fix
+    text = capsys.readouterr().out
+    assert "special-file" in text and "extra.fifo" in text and "fix: " in text
+
+
 @pytest.mark.parametrize("with_manifest", [False, True])
 def test_the_gate_reports_a_symlink_out_of_the_checkpoint_as_verify_does(fresh, tmp_path: Path,
                                                                          with_manifest: bool) -> None:

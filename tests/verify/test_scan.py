@@ -271,5 +271,13 @@ def test_fixable_into_a_folder_inside_the_cache_is_refused_up_front(world: dict[
         assert "Hugging Face cache" in out["findings"][0]["message"] and out["findings"][0]["fix"]
         text = cli(env, "scan", "--fixable", "--into", str(inside))
         assert text.returncode == 2 and "migrate" not in text.stdout
+        # no --into: the current folder is where the copies would go, and it is inside the cache too
+        for argv in (["--json"], []):
+            proc = cli(env, "scan", "--fixable", *argv, cwd=inside)
+            assert proc.returncode == 2 and (not proc.stdout if not argv else
+                                             not json.loads(proc.stdout).get("commands")), proc
+            said = json.loads(proc.stdout)["findings"][0] if argv else {"message": proc.stderr, "fix": proc.stderr}
+            assert "current folder" in said["message"] and "Hugging Face cache" in said["message"], said
+            assert "--into" in said["fix"]
     finally:
         inside.rmdir()

@@ -24,7 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="copies verified at once (default: one per core; at most 4 per core, and never more than copies)")
     p.add_argument("--into", metavar="DIR",
                    help="with --fixable: an existing folder where migrated copies of cached snapshots go "
-                        "(default: the current folder)")
+                        "(default: the current folder; never one inside a Hugging Face cache)")
 
 
 def _jobs(value: str) -> int:
@@ -74,11 +74,14 @@ def run(args: argparse.Namespace) -> int:
     if args.into is not None and not os.path.isdir(args.into):
         raise UsageError(f"--into {args.into}: no such folder (the printed commands would fail)",
                          fix=f"mkdir -p {shlex.quote(args.into)}, or give an existing folder")
-    if args.into is not None:
+    if args.fixable:
         from clef_format.read.hf_cache import in_hf_cache
 
-        if in_hf_cache(args.into):  # the one cache-boundary rule migrate refuses --output by
-            raise UsageError(f"--into {args.into} lies inside a Hugging Face cache, which clef-format never writes "
+        into = args.into if args.into is not None else os.getcwd()
+        if in_hf_cache(into):  # the one cache-boundary rule migrate refuses --output by
+            named = f"--into {args.into}" if args.into is not None else \
+                f"the current folder ({into}), where --fixable puts migrated copies without --into,"
+            raise UsageError(f"{named} lies inside a Hugging Face cache, which clef-format never writes "
                              "to: every printed migrate command would be refused",
                              fix="give a folder outside the cache, e.g. --into ~/clef-models")
     from clef_format.read.installed_plugin import installed_here
