@@ -41,7 +41,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # still 1.4%, callgrind). Fewer young collections, never none: a command still collects any cycles.
     gc.set_threshold(max(thresholds[0], 100_000), *thresholds[1:])
     try:  # everything past os and sys loads in here, so that a Ctrl-C while loading is reported too
-        import _signal as signal  # signal.py's own module builds enums of every signal at import; not needed here
+        if TYPE_CHECKING:
+            import signal
+        else:  # signal.py's own module builds enums of every signal at import; not needed here
+            import _signal as signal
 
         sigint = signal.getsignal(signal.SIGINT)
         from clef_format.cli.parser import build_parser

@@ -25,7 +25,10 @@ def exit_status(report: Report) -> int:
 
 def stop_interrupts() -> None:
     """From here on the command only prints its outcome: a Ctrl-C now must not add a second one."""
-    import _signal as signal  # (signal.py builds enums at import: not needed to ignore one signal)
+    if TYPE_CHECKING:
+        import signal
+    else:  # (signal.py builds enums at import: not needed to ignore one signal)
+        import _signal as signal
 
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)

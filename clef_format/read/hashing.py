@@ -50,6 +50,11 @@ class HashResult(NamedTuple):
     algorithm: str
     digest: str | None  # hex; None when the file could not be read
     error: str | None = None
+    changed: bool = False  # the read failed because the file changed size meanwhile (it is being written)
+
+
+class ChangedWhileRead(OSError):
+    """The file changed size while it was read: someone writes it; reading it again later may succeed."""
 
 
 class _Hasher(Protocol):
@@ -79,7 +84,7 @@ def _stream(path: str, make: Callable[[int], _Hasher], chunk: int, progress: Pro
             if progress is not None:
                 progress(n)
         if done != size or os.fstat(fh.fileno()).st_size != size:
-            raise OSError(errno.EIO, f"the file changed size while it was hashed ({size} bytes when opened, "
+            raise ChangedWhileRead(errno.EIO, f"the file changed size while it was hashed ({size} bytes when opened, "
                                      f"{done} read): it is being written or truncated", path)
     return h.hexdigest()
 
@@ -119,7 +124,7 @@ def _run(task: HashTask, progress: Progress | None) -> HashResult:
     try:
         return HashResult(task.key, task.algorithm, hash_file(task.path, task.algorithm, progress))
     except OSError as exc:
-        return HashResult(task.key, task.algorithm, None, exc.strerror or str(exc))
+        return HashResult(task.key, task.algorithm, None, exc.strerror or str(exc), isinstance(exc, ChangedWhileRead))
 
 
 class HashPool:

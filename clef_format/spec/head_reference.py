@@ -1403,12 +1403,11 @@ _BINDING_KINDS = frozenset({ast.Global, ast.Nonlocal, ast.Assign, ast.Delete, as
 
 def _dynamic(node: ast.AST) -> str:
     """Why this one node may make the names the reader resolves differ from what Python runs, or ""."""
-    kind = type(node)  # one dispatch per node: tampering asks every node of the file
-    if kind is ast.Name:
+    if isinstance(node, ast.Name):  # one dispatch per node: tampering asks every node of the file
         return f"line {node.lineno}: {node.id}" if node.id in _DYNAMIC else ""
-    if kind is ast.Attribute:
+    if isinstance(node, ast.Attribute):
         return f"line {node.lineno}: .{node.attr}" if node.attr in _DYNAMIC else ""
-    if kind not in _BINDING_KINDS:
+    if type(node) not in _BINDING_KINDS:
         return ""
     line = getattr(node, "lineno", 0)
     if isinstance(node, (ast.Global, ast.Nonlocal)):

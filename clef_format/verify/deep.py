@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, TypeVar
 
 from clef_format.progress import NO_PROGRESS
 from clef_format.read.checkpoint import Checkpoint
-from clef_format.read.hashing import HashPool, HashTask
+from clef_format.read.hashing import HashPool, HashResult, HashTask
 from clef_format.read.hf_cache import etag_digest, local_dir_etag, local_dir_metadata, snapshot_blob
 from clef_format.read.manifest import ALGORITHM as MANIFEST_ALGORITHM
 from clef_format.read.manifest import MANIFEST_NAME, read_manifest
@@ -109,8 +109,7 @@ def gather_references(ck: Checkpoint) -> tuple[dict[str, Reference], list[str], 
             findings.append(warning(  # there, but no etag in it: not "no metadata"
                 "manifest-missing", f"{rel}: its local_dir download metadata {os.path.relpath(meta, ck.root)} is "
                 "corrupt or unreadable (no etag sha256 or git sha1 on its second line): nothing to check it against",
-                file=rel, fix=f"re-download it: `hf download ORG/NAME {rel} --local-dir {ck.root} --force-download` "
-                              "(rewrites the metadata)"))
+                file=rel, fix=f"{_local_dir_refetch(ck, rel)}; that also rewrites the metadata"))
         elif not (rel == MANIFEST_NAME and entries is not None):
             unchecked.append(rel)
     return refs, unchecked, findings
@@ -176,18 +175,28 @@ def refetch_fix(ck: Checkpoint, rel: str, ref: Reference) -> str:
         repo, revision = _snapshot_repo(ck)
         return (f"re-download it: `hf download {repo} {rel} --revision {revision} --force-download` "
                 "(the cache's blob is not the file its name says)")
-    return f"re-download it: `hf download ORG/NAME {rel} --local-dir {ck.root} --force-download` (the repo it came from)"
+    return _local_dir_refetch(ck, rel)
+
+
+def _local_dir_refetch(ck: Checkpoint, rel: str) -> str:
+    """The re-download of one file of a ``hf download --local-dir`` folder. Its metadata records the commit
+    and etag, not the repo id, so the command names the repo as ORG/NAME and says so."""
+    return (f"re-download it: `hf download ORG/NAME {rel} --local-dir {ck.root} --force-download`, where ORG/NAME "
+            "is the repo it was downloaded from (the folder's download metadata does not record it)")
 
 
 def _hash_findings(ck: Checkpoint, refs: dict[str, Reference],
-                   results: dict[tuple[str, str], tuple[str | None, str | None]]) -> list[Finding]:
+                   results: dict[tuple[str, str], HashResult]) -> list[Finding]:
     out = []
     for rel, ref in sorted(refs.items()):
-        digest, problem = results[(ref.path, ref.algorithm)]
+        result = results[(ref.path, ref.algorithm)]
+        digest, problem = result.digest, result.error
         if digest is None:
             # could not run: reading failed, which says nothing about the content (exit 2, not a verdict)
             out.append(error("unreadable", f"{rel} cannot be read while hashing: {problem}", file=rel,
-                             fix="check permissions, or re-download the file"))
+                             fix="run it again once nothing else writes the checkpoint (a download or a copy "
+                                 "still in progress changes a file's size)" if result.changed else
+                                 "check permissions, or re-download the file"))
         elif digest != ref.digest:
             out.append(error(
                 "hash-mismatch",
@@ -390,7 +399,7 @@ class DeepRun:
         try:
             scale_out = self.scales.result()
         finally:
-            done = {(r.key.split(":", 1)[1], r.algorithm): (r.digest, r.error) for r in self.pool.results()}
+            done = {(r.key.split(":", 1)[1], r.algorithm): r for r in self.pool.results()}
         findings = list(self.findings)
         hash_problems = _hash_findings(self.ck, self.refs, done)
         findings.extend(hash_problems)
@@ -436,7 +445,7 @@ class ReferenceCheck:
 
     def finish(self) -> list[Finding]:
         """Wait for every hash; the findings of the hashed files (``matched``: those that matched)."""
-        done = {(r.key.split(":", 1)[1], r.algorithm): (r.digest, r.error) for r in self.pool.results()}
+        done = {(r.key.split(":", 1)[1], r.algorithm): r for r in self.pool.results()}
         out = _hash_findings(self.ck, self.hashed, done)
         bad = {f.file for f in out}
         self.matched = [rel for rel in sorted(self.hashed) if rel not in bad]

@@ -399,6 +399,13 @@ def test_corrupt_local_dir_metadata_is_said_to_be_corrupt(source: Path, tmp_path
         assert _refusal(root) is None
     text = " ".join(r.getMessage() for r in caplog.records)
     assert "config.json.metadata is corrupt or unreadable" in text, text
+    # verify --deep says it too, and its fix is a command with its one placeholder explained
+    from clef_format.verify.run import verify
+
+    (hit,) = [f for f in verify(str(root), deep=True).findings if f.file == "config.json"]
+    assert hit.code == "manifest-missing" and "corrupt or unreadable" in hit.message
+    assert f"hf download ORG/NAME config.json --local-dir {root} --force-download" in hit.fix
+    assert "ORG/NAME is the repo it was downloaded from" in hit.fix and "rewrites the metadata" in hit.fix
 
 
 @pytest.mark.parametrize("bogus", ["clef_head/../tokenizer.json", "./tokenizer.json"])
