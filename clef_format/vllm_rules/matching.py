@@ -339,7 +339,25 @@ def equal_or_regex(value: str, target: str, contains: bool = False) -> bool:
 
 
 def _first(value: str, targets: Iterable[str], contains: bool = False) -> str | None:
-    return next((t for t in targets if equal_or_regex(value, t, contains)), None)
+    if contains:
+        return next((t for t in targets if equal_or_regex(value, t, contains)), None)
+    targets = tuple(targets)
+    for target, match in zip(targets, matchers(targets)):
+        if match(value):
+            return target
+    return None
+
+
+#: patterns (a config's targets or ignore list) -> their matchers, in order: every layer asks the same list
+_LIST_MATCHERS: dict[tuple[str, ...], tuple[Callable[[str], object], ...]] = {}
+
+
+def matchers(patterns: tuple[str, ...]) -> tuple[Callable[[str], object], ...]:
+    """``name_matcher`` of each pattern, made once per list."""
+    made = _LIST_MATCHERS.get(patterns)
+    if made is None:
+        made = _LIST_MATCHERS[patterns] = tuple(name_matcher(p) for p in patterns)
+    return made
 
 
 def fused_shards(name: str, packed: Mapping[str, tuple[str, ...]]) -> tuple[str, tuple[str, ...]] | None:
@@ -352,7 +370,7 @@ def fused_shards(name: str, packed: Mapping[str, tuple[str, ...]]) -> tuple[str,
 
 def find_matched_target(name: str, cls: str, targets: Iterable[str], packed: Mapping[str, tuple[str, ...]]) -> str | None:
     """vLLM's order: name/regex in config order, then all-shards fused rule, then class substring."""
-    targets = list(targets)
+    targets = tuple(targets)
     hit = _first(name, targets)
     if hit is None:
         expanded = fused_shards(name, packed)
@@ -369,13 +387,13 @@ def should_ignore(name: str, ignore: tuple[str, ...], packed: Mapping[str, tuple
     """vLLM's ``should_ignore_layer``; raises ``VllmLayerError`` for a partly ignored fused layer."""
     if not ignore:
         return False
-    proj = name.split(".")[-1]
-    matchers = [name_matcher(i) for i in ignore]
-    if rules_for(version).fused_name_ignore and any(m(name) for m in matchers):
+    proj = name.rpartition(".")[2]
+    tests = matchers(ignore)
+    if rules_for(version).fused_name_ignore and any(m(name) for m in tests):
         return True
     if proj in packed and name not in ignore:
         shard_names = packed[proj]
-        verdicts = {any(m(name.replace(proj, s)) for m in matchers) for s in shard_names}
+        verdicts = {any(m(name.replace(proj, s)) for m in tests) for s in shard_names}
         if len(verdicts) > 1:
             raise VllmLayerError(
                 "ValueError",
@@ -383,7 +401,7 @@ def should_ignore(name: str, ignore: tuple[str, ...], packed: Mapping[str, tuple
                 "vLLM requires all to use the same scheme.",
             )
         return verdicts.pop()
-    return any(m(name) for m in matchers)
+    return any(m(name) for m in tests)
 
 
 # ----------------------------------------------------------------------------- schemes
@@ -631,6 +649,10 @@ class _HfResolver:
         self.classes = classes
         self.ordered = sorted(qc.hf_targets, key=lambda t: ("re:" in t, t))
         self.schemes: dict[str, str] = {}
+        # ct_match per pattern, made once: None where the pattern is a class name (it matches every module)
+        self.target_tests = tuple(None if t in classes else name_matcher(t) for t in qc.hf_targets)
+        self.ignore_tests = tuple(None if i in classes else name_matcher(i) for i in qc.ignore)
+        self.ordered_tests = tuple(zip(self.ordered, matchers(tuple(self.ordered))))
 
     def _scheme(self, target: str, name: str) -> str:
         if target not in self.schemes:
@@ -643,11 +665,15 @@ class _HfResolver:
 
     def __call__(self, name: str) -> HfDecision:
         qc, classes = self.qc, self.classes
-        if not any(t in classes or name_matcher(t)(name) for t in qc.hf_targets):
+        for test in self.target_tests:
+            if test is None or test(name):
+                break
+        else:
             return HfDecision(name, None)
-        if any(i in classes or name_matcher(i)(name) for i in qc.ignore):
-            return HfDecision(name, None, ignored=True)
-        by_name = [t for t in self.ordered if name_matcher(t)(name)]
+        for test in self.ignore_tests:
+            if test is None or test(name):
+                return HfDecision(name, None, ignored=True)
+        by_name = [t for t, match in self.ordered_tests if match(name)]
         by_class = [t for t in self.ordered if t in classes and t not in by_name]
         target = (by_name + by_class)[0]
         return HfDecision(name, self._scheme(target, name), target, qc.hf_targets[target].group)
