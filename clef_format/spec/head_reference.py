@@ -223,6 +223,38 @@ def _conv(dims: int) -> Callable[[dict[str, Any]], dict[str, Any]]:
     return build
 
 
+def _conv_transpose(dims: int) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """``nn.ConvTranspose{1,2,3}d``: weight [in, out / groups, *kernel] (in first: the transpose of a
+    convolution's), bias [out]; torch's own ValueErrors on groups."""
+    conv = _conv(dims)
+
+    def build(a: dict[str, Any]) -> dict[str, Any]:
+        out = conv(a)  # groups, kernel and bias checked and read as for the convolution
+        kernel = out["weight"].shape[2:]
+        return {**out, "weight": _Param((_dim(a["in_channels"]), _dim(a["out_channels"]) // a["groups"], *kernel))}
+    return build
+
+
+def _transformer(a: dict[str, Any]) -> dict[str, Any]:
+    """``nn.Transformer``: ``encoder`` (num_encoder_layers encoder layers, then its LayerNorm ``norm``) and
+    ``decoder`` (likewise), as torch builds them when no custom encoder or decoder is given."""
+    if a["custom_encoder"] is not None or a["custom_decoder"] is not None:
+        raise _Unknown("Transformer custom_encoder / custom_decoder")
+    d = _dim(a["d_model"])
+    layer_args = {"d_model": d, "nhead": a["nhead"], "dim_feedforward": a["dim_feedforward"], "bias": a["bias"]}
+    norm = {"normalized_shape": d, "elementwise_affine": True, "bias": a["bias"]}
+    out: dict[str, Any] = {}
+    for part, cross, count in (("encoder", False, a["num_encoder_layers"]), ("decoder", True, a["num_decoder_layers"])):
+        layer = _Module("TransformerDecoderLayer" if cross else "TransformerEncoderLayer")
+        layer.children = _transformer_layer(cross)(layer_args)
+        norm_module = _Module("LayerNorm")
+        norm_module.children = _layer_norm(norm)
+        stack = _Module("TransformerDecoder" if cross else "TransformerEncoder")
+        stack.children = _stack({"layer": layer, "num_layers": count, "norm": norm_module})
+        out[part] = stack
+    return out
+
+
 def _clone(m: Any) -> Any:
     """``copy.deepcopy`` of a module as the reader holds it (parameters are shapes: shared safely)."""
     if not isinstance(m, _Module):
@@ -293,6 +325,25 @@ _TL_SIG = (("d_model", None), ("nhead", None), ("dim_feedforward", 2048), ("drop
            ("layer_norm_eps", 1e-5), ("batch_first", False), ("norm_first", False), ("bias", True),
            ("device", None), ("dtype", None))
 
+_RNN_TANH_SIG = (("input_size", None), ("hidden_size", None), ("num_layers", 1), ("nonlinearity", "tanh"),
+                 ("bias", True), ("batch_first", False), ("dropout", 0.0), ("bidirectional", False), ("device", None),
+                 ("dtype", None))
+_CONV_T_SIG = (("in_channels", None), ("out_channels", None), ("kernel_size", None), ("stride", 1), ("padding", 0),
+               ("output_padding", 0), ("groups", 1), ("bias", True), ("dilation", 1), ("padding_mode", "zeros"),
+               ("device", None), ("dtype", None))
+_TRANSFORMER_SIG = (("d_model", 512), ("nhead", 8), ("num_encoder_layers", 6), ("num_decoder_layers", 6),
+                    ("dim_feedforward", 2048), ("dropout", 0.1), ("activation", None), ("custom_encoder", None),
+                    ("custom_decoder", None), ("layer_norm_eps", 1e-5), ("batch_first", False), ("norm_first", False),
+                    ("bias", True), ("device", None), ("dtype", None))
+
+
+def _plain_rnn(a: dict[str, Any]) -> dict[str, Any]:
+    """``nn.RNN``: one gate; ``nonlinearity`` must be torch's "tanh" or "relu"."""
+    if a["nonlinearity"] not in ("tanh", "relu"):
+        raise _Fails(f"Unknown nonlinearity '{a['nonlinearity']}'. Select from 'tanh' or 'relu'.")
+    return _rnn(1)({**a, "proj_size": 0})
+
+
 #: torch.nn classes the reader knows: (signature as (name, default) pairs, children builder). A default of
 #: ``None`` on a leading name that is not given is a missing argument (unknown, never guessed).
 TORCH_PARAMS: dict[str, tuple[tuple[tuple[str, Any], ...], Callable[[dict[str, Any]], dict[str, Any]]]] = {
@@ -318,10 +369,16 @@ TORCH_PARAMS: dict[str, tuple[tuple[tuple[str, Any], ...], Callable[[dict[str, A
     "Conv3d": (_CONV_SIG, _conv(3)),
     "GRU": (_RNN_SIG, _rnn(3)),
     "LSTM": (_RNN_SIG, _rnn(4)),
+    "RNN": (_RNN_TANH_SIG, _plain_rnn),
+    "ConvTranspose1d": (_CONV_T_SIG, _conv_transpose(1)),
+    "ConvTranspose2d": (_CONV_T_SIG, _conv_transpose(2)),
+    "ConvTranspose3d": (_CONV_T_SIG, _conv_transpose(3)),
+    "Transformer": (_TRANSFORMER_SIG, _transformer),
 }
 _REQUIRED = {"Linear": 2, "LayerNorm": 1, "RMSNorm": 1, "Embedding": 2, "MultiheadAttention": 2,
              "TransformerEncoderLayer": 2, "TransformerDecoderLayer": 2, "TransformerEncoder": 2,
-             "TransformerDecoder": 2, "Conv1d": 3, "Conv2d": 3, "Conv3d": 3, "GRU": 2, "LSTM": 2}
+             "TransformerDecoder": 2, "Conv1d": 3, "Conv2d": 3, "Conv3d": 3, "GRU": 2, "LSTM": 2, "RNN": 2,
+             "ConvTranspose1d": 3, "ConvTranspose2d": 3, "ConvTranspose3d": 3, "Transformer": 0}
 #: Keyword names of torch's signature that differ from the reader's (``encoder_layer`` -> ``layer``).
 _KEYWORDS = {"TransformerEncoder": {"encoder_layer": "layer"}, "TransformerDecoder": {"decoder_layer": "layer"}}
 _MATH_CONSTANTS = {"pi": math.pi, "e": math.e}
@@ -912,7 +969,7 @@ class _Reader:
         if any(k in kwargs for k in renames.values()):
             raise _Fails(f"{name}() got an unexpected keyword argument")
         kwargs = {renames.get(k, k): v for k, v in kwargs.items()}
-        if name == "GRU" and "proj_size" in kwargs:
+        if name in ("GRU", "RNN") and "proj_size" in kwargs:
             raise _Fails("proj_size argument is only supported for LSTM, not RNN or GRU")
         bound = self._bind_sig(name, sig, _REQUIRED[name], args, kwargs)
         m.children = build(bound)

@@ -104,6 +104,11 @@ def _numel(shape: tuple[int, ...]) -> int:
     ("nn.TransformerDecoder(nn.TransformerDecoderLayer(8, 4, 16), 2, nn.RMSNorm(8))", {}),
     ("nn.GRU(5, 7)", {}), ("nn.GRU(5, 7, num_layers=2, bidirectional=True, bias=False)", {}),
     ("nn.LSTM(5, 7, 3)", {}), ("nn.LSTM(5, 7, num_layers=2, bidirectional=True, proj_size=3)", {}),
+    ("nn.RNN(5, 7)", {}), ("nn.RNN(5, 7, 2, 'relu', False, bidirectional=True)", {}),
+    ("nn.ConvTranspose1d(8, 4, 3)", {}), ("nn.ConvTranspose2d(6, 4, (3, 2), groups=2, bias=False)", {}),
+    ("nn.ConvTranspose3d(2, 6, 2, 1, 0, 0, 2)", {}),
+    ("nn.Transformer(d_model=8, nhead=2, num_encoder_layers=2, num_decoder_layers=1, dim_feedforward=12)", {}),
+    ("nn.Transformer(8, 2, 1, 2, 16, bias=False)", {}),
 ])
 def test_torch_layer_shapes_are_torchs_own(tmp_path: Path, source: str, kwargs: dict) -> None:
     code = f"import torch\nfrom torch import nn\n\nclass JointSchemaHead(nn.Module):\n    def __init__(self):\n" \
@@ -173,6 +178,17 @@ def test_an_attention_whose_heads_do_not_divide_the_width_fails_as_torch_does() 
     assert read_reference(code, {"width": 8}).fails_kind == "fails"
     with pytest.raises(AssertionError):
         torch.nn.MultiheadAttention(8, 3, device="meta")
+
+
+@pytest.mark.parametrize("layer", ["nn.RNN(width, 4, nonlinearity='sigmoid')", "nn.RNN(width, 4, proj_size=2)",
+                                   "nn.ConvTranspose1d(width, 3, 2, groups=2)"])
+def test_a_layer_torch_refuses_fails_as_torch_does(layer: str) -> None:
+    """What torch's constructor raises on (an RNN nonlinearity it does not know, proj_size on a plain RNN,
+    channels groups do not divide) is a head that fails to build, never a guessed shape."""
+    code = (HEAD + f"        self.a = {layer}\n").encode()
+    assert read_reference(code, {"width": 8}).fails_kind == "fails"
+    with pytest.raises(ValueError):
+        eval(layer, {"nn": torch.nn, "width": 8})
 
 
 # ---- hostile files: never run, never a crash
