@@ -656,3 +656,17 @@ def test_a_rerun_that_only_finishes_a_cleanup_never_says_nothing_was_written(bui
     assert "nothing written" not in rerun["message"] and "no step left" in rerun["message"], rerun["message"]
     again = json.loads(subprocess.run([*run, str(out), "--json"], env=env, capture_output=True, text=True).stdout)
     assert again["message"] == "already at layout-2: nothing to do, nothing written" and not again["recovered"]
+
+
+def test_a_checkpoint_already_at_its_target_names_no_recovery_in_a_dry_run_and_itself_as_the_result(fresh, capsys) -> None:
+    """Already at ``--to``: ``--dry-run``'s JSON says no interrupted run waits for the next run (``recovery``
+    null, docs/MIGRATION.md) and names no result (nothing ran); the run names the source as its result. Neither
+    writes a byte."""
+    root = fresh("layout-2")
+    before = file_digests(root)
+    rc, dry = run_json(capsys, str(root), "--to", "layout-2", "--dry-run")
+    assert rc == 0 and dry["message"] == "already at layout-2: nothing to do, nothing written", dry
+    assert "recovery" in dry and dry["recovery"] is None and "result" not in dry and dry["steps"] == [], dry
+    rc, done = run_json(capsys, str(root), "--to", "layout-2")
+    assert rc == 0 and done["result"] == str(root) and "recovery" not in done, done
+    assert file_digests(root) == before
