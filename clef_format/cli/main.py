@@ -95,6 +95,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _unwritable(exc, as_json)
     finally:  # printing the outcome ignores Ctrl-C (one outcome only); a caller in-process gets it back
         gc.set_threshold(*thresholds)
+        if argv is None:
+            # The console script exits next, and the interpreter's exit runs one full collection over every
+            # object it still holds (a 9B header's records, the modules): 21.5M instructions of verify's
+            # 301M, measured with callgrind, for memory the process is about to give back. Frozen objects
+            # are not scanned; they are still freed as the modules are torn down, and atexit still runs.
+            gc.freeze()
         if argv is not None and sigint is not None:  # the console script (argv from sys.argv) keeps
             try:  # ignoring it until it exits: a Ctrl-C after the outcome was printed must not turn 0 into 130
                 signal.signal(signal.SIGINT, sigint)

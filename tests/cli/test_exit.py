@@ -1,0 +1,42 @@
+"""The console command's exit: the interpreter's last full collection has nothing to scan.
+
+At exit CPython runs one full collection over every object still alive (for verify of a 9B checkpoint:
+the header's records, the modules; 7% of the command, measured with callgrind: benchmarks/RESULTS.md).
+``cli.main`` freezes them first when it runs as the command (no ``argv``); a caller in-process
+(``main([...])``) keeps its collector as it was."""
+
+from __future__ import annotations
+
+import gc
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+_PROBE = """
+import atexit, gc, sys
+from clef_format.cli.main import main
+atexit.register(lambda: sys.__stderr__.write(f"frozen-at-exit={gc.get_freeze_count()}\\n"))
+sys.argv = ["clef-format", *sys.argv[1:]]
+sys.exit(main())
+"""
+
+
+def test_the_command_freezes_what_it_holds_before_the_exit_collection(fresh) -> None:
+    root = fresh()
+    proc = subprocess.run([sys.executable, "-c", _PROBE, "verify", str(root), "--json"], capture_output=True,
+                          text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0 and json.loads(proc.stdout)["ok"], proc
+    frozen = int(proc.stderr.split("frozen-at-exit=")[1].split()[0])
+    assert frozen > 10_000, proc.stderr  # the modules and the header's records, not a handful
+
+
+def test_a_caller_in_process_keeps_its_collector(fresh, capsys) -> None:
+    from clef_format.cli.main import main
+
+    root = fresh()
+    before = gc.get_freeze_count(), gc.get_threshold(), gc.isenabled()
+    assert main(["verify", str(root), "--json"]) == 0
+    assert (gc.get_freeze_count(), gc.get_threshold(), gc.isenabled()) == before
