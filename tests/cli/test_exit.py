@@ -2,8 +2,8 @@
 
 At exit CPython runs one full collection over every object still alive (for verify of a 9B checkpoint:
 the header's records, the modules; 7% of the command, measured with callgrind: benchmarks/RESULTS.md).
-``cli.main`` freezes them first when it runs as the command (no ``argv``); a caller in-process
-(``main([...])``) keeps its collector as it was."""
+``cli.main`` freezes them first when it runs as a command that writes nothing (no ``argv``); a caller
+in-process (``main([...])``) and a command that writes keep the collector as it was."""
 
 from __future__ import annotations
 
@@ -31,6 +31,15 @@ def test_the_command_freezes_what_it_holds_before_the_exit_collection(fresh) -> 
     assert proc.returncode == 0 and json.loads(proc.stdout)["ok"], proc
     frozen = int(proc.stderr.split("frozen-at-exit=")[1].split()[0])
     assert frozen > 10_000, proc.stderr  # the modules and the header's records, not a handful
+
+
+def test_a_command_that_writes_keeps_the_exit_collection(fresh, tmp_path: Path) -> None:
+    """``migrate``, ``manifest``, ``example`` write files: they keep CPython's exit as it is."""
+    root = fresh()
+    proc = subprocess.run([sys.executable, "-c", _PROBE, "manifest", str(root), "--json"], capture_output=True,
+                          text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0 and json.loads(proc.stdout)["written"], proc
+    assert "frozen-at-exit=0" in proc.stderr, proc.stderr
 
 
 def test_a_caller_in_process_keeps_its_collector(fresh, capsys) -> None:

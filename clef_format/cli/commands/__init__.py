@@ -15,3 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "scan": ("scan_cmd", "every Clef copy on this machine (the HF cache, or folders): state, plugin, fix"),
     "codes": ("codes_cmd", "list every finding code and what it means"),
 }
+
+#: The commands that write nothing. Only these skip the interpreter's exit collection (``cli.main``): a
+#: command that writes files finishes them before it reports, and keeps CPython's exit as it is anyway.
+READ_ONLY: frozenset[str] = frozenset({"verify", "layers", "scan", "codes"})
