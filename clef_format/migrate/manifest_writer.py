@@ -167,24 +167,28 @@ def _make_manifest_locked(ck: Any, path: str, force: bool, progress: Progress | 
                                            "download", fix=f"fix what clef-format verify {path} reports, or pass --force")
         return make_report("manifest", path, layout, [refusal, *errors], details)
     # --force writes past them, but says so: each error it was forced past stays in the report, a warning
-    # now (a FIFO or an unsafe file is then simply not listed, and the user reads why)
-    forced = [f._replace(severity="warning", message=f"{f.message} (manifest written anyway: --force; the "
-                                                     "manifest vouches for what it lists, nothing more)")
-              for f in errors]
-    files = manifest_files(ck)
-    if not force:  # a manifest is checked first by --deep: it must never vouch for bytes that fail a reference
-        from clef_format.verify.deep import reference_findings
+    # now (a FIFO or an unsafe file is then simply not listed, a file that fails its reference recorded as
+    # it is, and the user reads which)
+    def forced(found: list[Any]) -> list[Any]:
+        return [f._replace(severity="warning", message=f"{f.message} (manifest written anyway: --force; the "
+                                                       "manifest vouches for what it lists, nothing more)")
+                for f in found]
 
-        bad = [f for f in reference_findings(ck, sorted(files), progress) if f.severity == "error"]
-        unread = [f for f in bad if f.code == "unreadable"]
-        if unread:
-            raise CouldNotRun(f"{unread[0].message}; nothing was written", fix=unread[0].fix)
-        if bad:
-            refusal = error("manifest-refused", f"{len(bad)} file(s) fail what they are checked against (download "
-                                                "metadata, the present manifest): a manifest would record the damaged "
-                                                "bytes as correct", fix=f"re-download them (clef-format verify {path} "
-                                                                       "--deep lists them), or pass --force")
-            return make_report("manifest", path, layout, [refusal, *bad], details)
+    files = manifest_files(ck)
+    # a manifest is checked first by --deep: it must never vouch for bytes that fail a reference unawares
+    from clef_format.verify.deep import reference_findings
+
+    bad = [f for f in reference_findings(ck, sorted(files), progress) if f.severity == "error"]
+    unread = [f for f in bad if f.code == "unreadable"]
+    if unread:
+        raise CouldNotRun(f"{unread[0].message}; nothing was written", fix=unread[0].fix)
+    if bad and not force:
+        refusal = error("manifest-refused", f"{len(bad)} file(s) fail what they are checked against (download "
+                                            "metadata, the present manifest): a manifest would record the damaged "
+                                            "bytes as correct", fix=f"re-download them (clef-format verify {path} "
+                                                                   "--deep lists them), or pass --force")
+        return make_report("manifest", path, layout, [refusal, *bad], details)
+    written_past = forced(errors + bad)
     tasks = [HashTask(rel, ck.path(rel), ALGORITHM, size) for rel, size in files.items()]
     results = hash_many(tasks, (progress or NO_PROGRESS).add(f"hashing {len(tasks)} file(s)", sum(files.values())))
     unreadable = [f"{r.key}: {r.error}" for r in results if r.digest is None]
@@ -206,7 +210,7 @@ def _make_manifest_locked(ck: Any, path: str, force: bool, progress: Progress | 
         raise CouldNotRun(f"cannot write the manifest in {ck.root}: {exc.strerror or exc}", code="unwritable",
                           fix="make the checkpoint directory writable, or run as its owner") from None
     crashpoint("cleanup")
-    return make_report("manifest", path, layout, forced, ManifestDetails(target, ALGORITHM, len(digests),
+    return make_report("manifest", path, layout, written_past, ManifestDetails(target, ALGORITHM, len(digests),
                                                                         sum(files.values())))
 
 

@@ -352,6 +352,10 @@ def test_manifest_refuses_to_vouch_for_a_file_that_fails_its_reference(built, tm
     assert rc == 1 and "hash-mismatch" in [f["code"] for f in out["findings"]]
     rc, out = run(capsys, "manifest", str(root), "--force")
     assert rc == 0 and out["written"], out
+    # written, and never silently: the file it recorded as it is stays in the report, a warning now
+    assert [(f["code"], f["severity"], f["file"]) for f in out["findings"]] == [
+        ("hash-mismatch", "warning", "model.safetensors")], out
+    assert "--force" in out["findings"][0]["message"] and out["findings"][0]["fix"]
 
 
 def test_migrate_refuses_a_manifest_it_cannot_check_against(fresh, capsys) -> None:

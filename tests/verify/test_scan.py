@@ -258,7 +258,7 @@ def test_usage(world: dict[str, Path], tmp_path: Path) -> None:
     assert proc.returncode == 2 and json.loads(proc.stdout)["findings"][0]["code"] == "unreadable"
 
 
-def test_fixable_into_a_folder_inside_the_cache_is_refused_up_front(world: dict[str, Path]) -> None:
+def test_fixable_into_a_folder_inside_the_cache_is_refused(world: dict[str, Path]) -> None:
     """``--into`` inside the Hugging Face cache: every migrate command printed would be refused (clef-format
     never writes into a cache), so scan refuses first, a usage error with a fix, printing no command."""
     env = _env(world["cache"])
@@ -279,5 +279,8 @@ def test_fixable_into_a_folder_inside_the_cache_is_refused_up_front(world: dict[
             said = json.loads(proc.stdout)["findings"][0] if argv else {"message": proc.stderr, "fix": proc.stderr}
             assert "current folder" in said["message"] and "Hugging Face cache" in said["message"], said
             assert "--into" in said["fix"]
+        # from inside the cache, copies fixed in place (folders outside it) write nothing here: not refused
+        proc = cli(env, "scan", "--fixable", str(world["folders"]), cwd=inside)
+        assert proc.returncode == 1 and "clef-format migrate" in proc.stdout and "--output" not in proc.stdout, proc
     finally:
         inside.rmdir()

@@ -74,14 +74,11 @@ def run(args: argparse.Namespace) -> int:
     if args.into is not None and not os.path.isdir(args.into):
         raise UsageError(f"--into {args.into}: no such folder (the printed commands would fail)",
                          fix=f"mkdir -p {shlex.quote(args.into)}, or give an existing folder")
-    if args.fixable:
+    if args.into is not None:
         from clef_format.read.hf_cache import in_hf_cache
 
-        into = args.into if args.into is not None else os.getcwd()
-        if in_hf_cache(into):  # the one cache-boundary rule migrate refuses --output by
-            named = f"--into {args.into}" if args.into is not None else \
-                f"the current folder ({into}), where --fixable puts migrated copies without --into,"
-            raise UsageError(f"{named} lies inside a Hugging Face cache, which clef-format never writes "
+        if in_hf_cache(args.into):  # the one cache-boundary rule migrate refuses --output by
+            raise UsageError(f"--into {args.into} lies inside a Hugging Face cache, which clef-format never writes "
                              "to: every printed migrate command would be refused",
                              fix="give a folder outside the cache, e.g. --into ~/clef-models")
     from clef_format.read.installed_plugin import installed_here
@@ -89,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
     walk = _walk(args.roots)
     with TerminalProgress() as progress:
         rows = scan(walk, deep=args.deep, progress=progress, workers=args.jobs, installed=installed_here())
+    if args.fixable and args.into is None:
+        _refuse_a_cached_current_folder(rows)
     # --json --fixable: the commands as one more key
     commands = fix_commands(rows, args.into or os.getcwd()) if args.fixable and args.json else None
     report = scan_report(args.roots, rows, walk.limits, commands)
@@ -106,6 +105,21 @@ def run(args: argparse.Namespace) -> int:
         return render_scan(r)
 
     return finish(report, args.json, human)
+
+
+def _refuse_a_cached_current_folder(rows: list[Row]) -> None:
+    """Without --into, migrated copies of cached snapshots go to the current folder: when it lies inside a
+    Hugging Face cache and some printed command would write there, refuse (every such command would be
+    refused). Copies fixed in place (folders outside the cache) never write to it: then nothing to refuse."""
+    from clef_format.errors import UsageError
+    from clef_format.read.hf_cache import in_hf_cache
+
+    here = os.getcwd()
+    if in_hf_cache(here) and any(" --output " in item.get("command", "") for item in fix_commands(rows, here)):
+        raise UsageError(f"the current folder ({here}), where --fixable puts migrated copies of cached snapshots "
+                         "without --into, lies inside a Hugging Face cache, which clef-format never writes to: "
+                         "every printed migrate command for them would be refused",
+                         fix="give a folder outside the cache, e.g. --into ~/clef-models")
 
 
 def scan_report(roots: list[str], rows: list[Row], limits: tuple[str, ...],
