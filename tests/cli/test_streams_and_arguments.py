@@ -97,6 +97,20 @@ def _commands(ck: Path) -> list[list[str]]:
 
 
 @pytest.mark.parametrize("kind", ["full", "eio", "closed"])
+def test_scan_fixable_script_to_an_unwritable_stdout_is_exit_2(tmp_path: Path, kind: str) -> None:
+    """``scan --fixable`` prints its script, not a report: a stdout that cannot take it is the same
+    ``unwritable`` (exit 2, one line on stderr), never a traceback nor a lost script with exit 1."""
+    from clef_format.fixtures.builders import build_checkpoint
+
+    build_checkpoint(tmp_path / "models" / "unmarked", "layout-2-unmarked", "bf16", num_layers=2)
+    rc, out, _ = _run(["scan", str(tmp_path / "models"), "--fixable"])
+    assert rc == 1 and "clef-format migrate" in out  # the script, when stdout takes it
+    rc, _, err = _run(["scan", str(tmp_path / "models"), "--fixable"], stdout=kind)
+    lines = err.splitlines()
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("clef-format: unwritable: cannot write to stdout"), err
+
+
+@pytest.mark.parametrize("kind", ["full", "eio", "closed"])
 @pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
 def test_stdout_unwritable_is_exit_2_with_one_line_on_stderr(ck: Path, kind: str, as_json: bool) -> None:
     for argv in _commands(ck):

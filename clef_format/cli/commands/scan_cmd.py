@@ -94,9 +94,12 @@ def run(args: argparse.Namespace) -> int:
     if args.fixable and not args.json:
         from clef_format.cli.output import exit_status
 
+        from clef_format.cli.output import stop_interrupts, write
+
         script = fix_script(rows, args.into or os.getcwd())
+        stop_interrupts()  # as finish() does: from here on only the outcome is printed
         if script:
-            print(script)
+            write(script + "\n")  # a stdout that cannot take it is the contract's unwritable (exit 2), not a traceback
         return exit_status(report)
 
     def human(r: Report) -> str:
