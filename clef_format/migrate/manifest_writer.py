@@ -166,14 +166,6 @@ def _make_manifest_locked(ck: Any, path: str, force: bool, progress: Progress | 
         refusal = error("manifest-refused", "reading the checkpoint found errors; a manifest would record a broken "
                                            "download", fix=f"fix what clef-format verify {path} reports, or pass --force")
         return make_report("manifest", path, layout, [refusal, *errors], details)
-    # --force writes past them, but says so: each error it was forced past stays in the report, a warning
-    # now (a FIFO or an unsafe file is then simply not listed, a file that fails its reference recorded as
-    # it is, and the user reads which)
-    def forced(found: list[Any]) -> list[Any]:
-        return [f._replace(severity="warning", message=f"{f.message} (manifest written anyway: --force; the "
-                                                       "manifest vouches for what it lists, nothing more)")
-                for f in found]
-
     files = manifest_files(ck)
     # a manifest is checked first by --deep: it must never vouch for bytes that fail a reference unawares
     from clef_format.verify.deep import reference_findings
@@ -188,7 +180,12 @@ def _make_manifest_locked(ck: Any, path: str, force: bool, progress: Progress | 
                                             "bytes as correct", fix=f"re-download them (clef-format verify {path} "
                                                                    "--deep lists them), or pass --force")
         return make_report("manifest", path, layout, [refusal, *bad], details)
-    written_past = forced(errors + bad)
+    # --force writes past them, but says so: each error it was forced past stays in the report, a warning
+    # now (a FIFO or an unsafe file is then simply not listed, a file that fails its reference recorded as
+    # it is, and the user reads which)
+    written_past = [f._replace(severity="warning", message=f"{f.message} (manifest written anyway: --force; the "
+                                                           "manifest vouches for what it lists, nothing more)")
+                    for f in errors + bad]
     tasks = [HashTask(rel, ck.path(rel), ALGORITHM, size) for rel, size in files.items()]
     results = hash_many(tasks, (progress or NO_PROGRESS).add(f"hashing {len(tasks)} file(s)", sum(files.values())))
     unreadable = [f"{r.key}: {r.error}" for r in results if r.digest is None]

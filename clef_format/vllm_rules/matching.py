@@ -631,8 +631,15 @@ class HfDecision(Record):
 
 def ct_match(name: str, target: str, classes: tuple[str, ...]) -> bool:
     """compressed-tensors ``is_match`` for one target: ``match_name`` (the same ``re.match`` /
-    equality vLLM uses, so it shares ``equal_or_regex``'s cache) or an exact class name."""
-    return equal_or_regex(name, target) or target in classes
+    equality vLLM uses) or an exact class name."""
+    test = ct_matcher(target, classes)
+    return test is None or bool(test(name))
+
+
+def ct_matcher(target: str, classes: tuple[str, ...]) -> Callable[[str], object] | None:
+    """``ct_match(·, target, classes)`` made once: ``None`` where the target is one of the module classes
+    (it matches every module), else the target's ``name_matcher``."""
+    return None if target in classes else name_matcher(target)
 
 
 def resolve_hf_module(name: str, qc: QuantConfig, classes: tuple[str, ...] = vllm_names.HF_LINEAR_CLASSES) -> HfDecision:
@@ -649,9 +656,8 @@ class _HfResolver:
         self.classes = classes
         self.ordered = sorted(qc.hf_targets, key=lambda t: ("re:" in t, t))
         self.schemes: dict[str, str] = {}
-        # ct_match per pattern, made once: None where the pattern is a class name (it matches every module)
-        self.target_tests = tuple(None if t in classes else name_matcher(t) for t in qc.hf_targets)
-        self.ignore_tests = tuple(None if i in classes else name_matcher(i) for i in qc.ignore)
+        self.target_tests = tuple(ct_matcher(t, classes) for t in qc.hf_targets)  # None: matches every module
+        self.ignore_tests = tuple(ct_matcher(i, classes) for i in qc.ignore)
         self.ordered_tests = tuple(zip(self.ordered, matchers(tuple(self.ordered))))
 
     def _scheme(self, target: str, name: str) -> str:

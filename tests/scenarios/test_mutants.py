@@ -411,7 +411,7 @@ MUTANTS = [
            'return make_report("manifest", path, layout, [], ManifestDetails(',
            ("tests/hooks/test_gate.py::test_manifest_force_past_a_fifo_says_what_it_left_out",)),
     Mutant("manifest-force-skips-the-reference-check", "clef_format/migrate/manifest_writer.py",
-           "    written_past = forced(errors + bad)", "    written_past = forced(errors)",
+           "                    for f in errors + bad]", "                    for f in errors]",
            ("tests/migrate/test_no_loss.py::test_manifest_refuses_to_vouch_for_a_file_that_fails_its_reference",)),
     Mutant("fixable-checks-only-a-given-into", "clef_format/cli/commands/scan_cmd.py",
            "    if args.fixable and args.into is None:\n        _refuse_a_cached_current_folder(rows)",

@@ -92,9 +92,7 @@ def run(args: argparse.Namespace) -> int:
     commands = fix_commands(rows, args.into or os.getcwd()) if args.fixable and args.json else None
     report = scan_report(args.roots, rows, walk.limits, commands)
     if args.fixable and not args.json:
-        from clef_format.cli.output import exit_status
-
-        from clef_format.cli.output import stop_interrupts, write
+        from clef_format.cli.output import exit_status, stop_interrupts, write
 
         script = fix_script(rows, args.into or os.getcwd())
         stop_interrupts()  # as finish() does: from here on only the outcome is printed
