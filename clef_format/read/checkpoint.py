@@ -166,16 +166,6 @@ def _scan_files(ck: Checkpoint) -> None:
                         file=rel, fix="replace the symlink with the real file"))
                     ck.escaped.add(rel)
                     continue
-            if name.endswith(".incomplete"):
-                ck.findings.append(error(
-                    "partial-download", f"{rel} is an unfinished download", file=rel,
-                    fix="re-run the download (huggingface-cli download / snapshot_download) to finish it"))
-                continue
-            if name.lower().endswith(PICKLE_SUFFIXES):  # x.PT, model.Bin: torch.load reads them alike
-                ck.findings.append(error(
-                    "unsafe-file", f"{rel} is a pickle-based weight file; clef-format never loads it", file=rel,
-                    fix="delete it: Clef checkpoints ship safetensors only"))
-                continue
             try:
                 st = os.stat(full)
             except OSError as exc:
@@ -185,13 +175,23 @@ def _scan_files(ck: Checkpoint) -> None:
                 else:
                     _unreadable(ck, rel, "cannot be read", exc)
                 continue
-            if not stat.S_ISREG(st.st_mode):
+            if not stat.S_ISREG(st.st_mode):  # the type before the name: a FIFO named x.bin is no pickle
                 special = _special_kind(st.st_mode)
                 if special is not None:  # never opened: opening a FIFO blocks until a writer comes
                     ck.special.add(rel)
                     ck.findings.append(error(
                         "special-file", f"{rel} is {special[0]}, not a regular file: {special[1]}; never opened here",
                         file=rel, fix=f"replace {rel} with the real file (re-download it), or delete it"))
+                continue
+            if name.endswith(".incomplete"):
+                ck.findings.append(error(
+                    "partial-download", f"{rel} is an unfinished download", file=rel,
+                    fix="re-run the download (huggingface-cli download / snapshot_download) to finish it"))
+                continue
+            if name.lower().endswith(PICKLE_SUFFIXES):  # x.PT, model.Bin: torch.load reads them alike
+                ck.findings.append(error(
+                    "unsafe-file", f"{rel} is a pickle-based weight file; clef-format never loads it", file=rel,
+                    fix="delete it: Clef checkpoints ship safetensors only"))
                 continue
             ck.files[rel] = st.st_size
 

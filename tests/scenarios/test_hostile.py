@@ -234,6 +234,36 @@ def test_reader_matches_safe_open_on_generated_corruptions(data: bytes) -> None:
         assert ours_accepts(path) == safe_open_accepts(path), data[:200]
 
 
+@pytest.mark.parametrize("name", ["pytorch_model.bin", "clef_head/x.PT", "model.safetensors.incomplete"])
+def test_a_fifo_is_special_file_whatever_its_name_in_every_command(name: str, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A FIFO named like a pickle (or an unfinished download) was reported as that (``unsafe-file``,
+    ``partial-download``): the name was judged before the file type. Every command that walks the
+    folder says what it is (a FIFO) and none opens it (that would block: the test would hang)."""
+    root = fresh_copy(tmp_path / "ck")
+    os.mkfifo(root / name)
+
+    def findings(*argv: str) -> list[dict]:
+        capsys.readouterr()
+        rc = main([*argv, "--json"])
+        out = json.loads(capsys.readouterr().out)
+        assert rc == 1, out
+        return out["findings"]
+
+    for argv in (["verify", str(root)], ["verify", str(root), "--deep"], ["manifest", str(root)]):
+        hits = [(f["code"], f["severity"]) for f in findings(*argv) if f.get("file") == name]
+        assert hits == [("special-file", "error")], (argv, hits)
+    rows = findings("scan", str(root))
+    assert [f["code"] for f in rows] == ["copy-broken"] and "special-file" in rows[0]["message"], rows
+    assert f"{name} is a FIFO" in rows[0]["message"], rows
+    for to in ("layout-1", "layout-2"):
+        refused = [f for f in findings("migrate", str(root), "--to", to, "--dry-run") if f["severity"] == "error"]
+        assert refused[0]["code"] in ("special-file", "migrate-refused"), refused
+        assert f"{name} is a FIFO" in refused[0]["message"], refused
+        assert not {"unsafe-file", "partial-download"} & {f["code"] for f in refused}, refused
+    assert not (root / "clef_manifest.json").exists()
+
+
 @pytest.mark.parametrize("case", NOTE_CASES, ids=[c.name for c in NOTE_CASES])
 def test_note_case_is_a_warning_with_exit_0(case: Case, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = _build(case, tmp_path)

@@ -398,6 +398,10 @@ CASES: list[Case] = [
     Case("symlink-absolute-etc", symlink(L.CONFIG, lambda root: "/etc/hostname"), "path-escape"),
     Case("symlink-loop", symlink(L.CONFIG, lambda root: L.CONFIG), "missing-file"),
     Case("fifo-config", mkfifo(L.CONFIG), "special-file"),  # there, never opened: not missing
+    # the type before the name: a FIFO is never taken for a pickle or an unfinished download (nor opened)
+    Case("fifo-named-like-a-pickle", lambda root: os.mkfifo(root / "pytorch_model.bin"), "special-file"),
+    Case("fifo-named-like-a-partial-download", lambda root: os.mkfifo(root / "model.safetensors.incomplete"),
+         "special-file"),
     # --- pickle ------------------------------------------------------------------------------
     Case("pickle-bin-present", replace_bytes("pytorch_model.bin", pickle.dumps({"a": 1})), "unsafe-file"),
     Case("pickle-pt-in-head", replace_bytes("clef_head/joint_head.pt", pickle.dumps({"a": 1})), "unsafe-file"),
