@@ -85,6 +85,13 @@ def repo_id_of(folder_name: str) -> str | None:
     return "/".join(parts) if all(parts) else None
 
 
+def snapshot_identity(path: str) -> tuple[str | None, str]:
+    """(repo id, revision folder) of a cached snapshot ``.../models--ORG--NAME/snapshots/<revision>``, read
+    where ``path`` resolves; the repo id is ``None`` when its folder names none."""
+    real = os.path.realpath(path)
+    return repo_id_of(os.path.basename(os.path.dirname(os.path.dirname(real)))), os.path.basename(real)
+
+
 def _refs(repo: str) -> dict[str, list[str]]:
     """commit -> the ref names pointing at it (``refs/main``, ``refs/pr/1``...), read like huggingface_hub."""
     out: dict[str, list[str]] = {}
@@ -153,6 +160,18 @@ def cache_copies(cache: str, configured: bool = True) -> Walk:
     return Walk(tuple(copies), ())
 
 
+def _folder_copy(folder: str) -> Copy:
+    """A checkpoint folder found under a root. A cached snapshot given as (or met below) a ROOT keeps its
+    repo, revision and refs, as ``repo_copies`` records them: scan names and fixes it as a cached copy."""
+    from clef_format.read.hf_cache import is_hf_snapshot
+
+    if not is_hf_snapshot(folder):
+        return Copy(folder, folder, None, None, (), None)
+    repo_id, revision = snapshot_identity(folder)
+    refs = _refs(os.path.dirname(os.path.dirname(os.path.realpath(folder))))
+    return Copy(folder, folder, repo_id, revision, tuple(refs.get(revision, ())), None)
+
+
 def folder_copies(roots: list[str]) -> Walk:
     """Every Clef copy under ``roots``, at any depth up to ``MAX_DEPTH``: checkpoint folders, and the
     snapshots of any cached model repo met on the way. A found checkpoint is not entered further."""
@@ -179,7 +198,7 @@ def folder_copies(roots: list[str]) -> Walk:
                 real = os.path.realpath(folder)
                 if real not in seen:
                     seen.add(real)
-                    copies.append(Copy(folder, folder, None, None, (), None))
+                    copies.append(_folder_copy(folder))
                 continue
             if listed > MAX_ENTRIES:
                 limits.append(f"stopped after {MAX_ENTRIES:,} directory entries under {root}: give a narrower root")

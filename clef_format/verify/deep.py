@@ -125,10 +125,10 @@ def remanifest(ck: Checkpoint) -> str:
 
 def _snapshot_repo(ck: Checkpoint) -> tuple[str, str]:
     """(repo id, revision folder) of a cache snapshot; ``ORG/NAME`` when the folder names none."""
-    from clef_format.read.copies import repo_id_of
+    from clef_format.read.copies import snapshot_identity
 
-    real = os.path.realpath(ck.root)
-    return repo_id_of(os.path.basename(os.path.dirname(os.path.dirname(real)))) or "ORG/NAME", os.path.basename(real)
+    repo_id, revision = snapshot_identity(ck.root)
+    return repo_id or "ORG/NAME", revision
 
 
 def unchecked_fix(ck: Checkpoint) -> str:

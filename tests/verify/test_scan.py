@@ -181,6 +181,25 @@ def test_fixable_prints_commands_that_fix_each_broken_copy_and_never_write_the_c
     assert all(verdicts[w] == "OK" for w in outputs + fixed_here), verdicts
 
 
+def test_a_snapshot_given_as_root_is_named_as_in_the_cache(world: dict[str, Path], tmp_path: Path) -> None:
+    """A ROOT that is itself a cached snapshot (or its ``snapshots/`` folder): --fixable proposed an output
+    named after the commit folder, not ``<org>--<name>-<commit12>-<layout>`` as for the same snapshot found
+    in the cache, and the row lost its repo, revision and refs. One name, one identity, either way."""
+    env = _env(world["cache"])
+    _, cached = _scan(env, "--fixable", "--into", str(tmp_path))
+    outputs = {c["where"]: c["command"].split(" --output ", 1)[1] for c in cached["commands"] if "command" in c}
+    assert outputs
+    for where, output in outputs.items():
+        row = next(r for r in cached["rows"] if r["where"] == where)
+        snapshot = world["cache"] / f"models--{row['repo_id'].replace('/', '--')}" / "snapshots" / row["revision"]
+        for root in (snapshot, snapshot.parent):
+            _, given = _scan(env, str(root), "--fixable", "--into", str(tmp_path))
+            mine = next(r for r in given["rows"] if r["where"] == str(snapshot))
+            assert (mine["repo_id"], mine["revision"], mine["refs"]) == (row["repo_id"], row["revision"], row["refs"])
+            command = next(c["command"] for c in given["commands"] if c["where"] == str(snapshot))
+            assert command.split(" --output ", 1)[1] == output, (command, output)
+
+
 def test_fixable_never_prints_a_live_line_a_folder_name_could_inject(world: dict[str, Path], tmp_path: Path) -> None:
     root = tmp_path / "models"
     evil = root / "a\ntouch PWNED #"

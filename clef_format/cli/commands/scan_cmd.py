@@ -8,6 +8,7 @@ import shlex
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from clef_format.read.copies import Copy
     from clef_format.report import Report
     from clef_format.verify.scan import Row
 
@@ -161,14 +162,20 @@ def fix_commands(rows: list[Row], into: str) -> list[dict[str, str]]:
             target = to.group(1).rstrip(",;.")
             command = f"clef-format migrate {shlex.quote(row.copy.display)} --to {shlex.quote(target)}"
             if in_hf_cache(row.copy.path):  # a cached snapshot is never written: a migrated copy beside it
-                name = (row.copy.repo_id or os.path.basename(row.copy.path)).replace("/", "--")
-                rev = (row.copy.revision or "")[:12]
-                out_dir = os.path.join(os.path.abspath(into), f"{name}-{rev}-{target}" if rev else f"{name}-{target}")
+                out_dir = os.path.join(os.path.abspath(into), output_name(row.copy, target))
                 command += f" --output {shlex.quote(out_dir)}"
             out.append({"where": row.copy.display, "command": command})
         else:
             out.append({"where": row.copy.display, "advice": row.fix})
     return out
+
+
+def output_name(copy: Copy, target: str) -> str:
+    """The folder a migrated copy of a cached snapshot is written to: ``<org>--<name>-<commit12>-<layout>``,
+    the same whether the snapshot was found in the cache or given as a ROOT (docs/SCAN.md)."""
+    name = (copy.repo_id or os.path.basename(copy.path)).replace("/", "--")
+    rev = (copy.revision or "")[:12]
+    return f"{name}-{rev}-{target}" if rev else f"{name}-{target}"
 
 
 def fix_script(rows: list[Row], into: str) -> str:
