@@ -43,12 +43,18 @@ def _hasher() -> "object":
 
 
 def _stream(fd: int, start: int, nbytes: int, step: int) -> "Iterable[tuple[int, bytes]]":
-    """(offset within the tensor, bytes), ``step`` bytes at a time; ``OSError`` when the file is short."""
+    """(offset within the tensor, bytes), ``step`` bytes at a time; ``ChangedWhileRead`` when the file is short."""
     done = 0
     while done < nbytes:
-        data = os.pread(fd, min(step, nbytes - done), start + done)
-        if not data:
-            raise OSError("file shrank while reading a table")
+        want = min(step, nbytes - done)
+        data = os.pread(fd, want, start + done)
+        if len(data) < want:  # a regular file reads short only at its end: cut or rewritten since its header was read
+            import errno
+
+            from clef_format.read.hashing import ChangedWhileRead
+
+            raise ChangedWhileRead(errno.EIO, "the file changed size while a table was read (it ends before the "
+                                              "tensors its header lists): it is being written or truncated")
         yield done, data
         done += len(data)
 

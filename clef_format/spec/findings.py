@@ -68,7 +68,7 @@ CODES: dict[str, str] = {
     # the command could not run (exit 2): nothing was said about the checkpoint's content
     "usage-error": "the command line is not a valid command (exit 2)",
     "path-not-found": "PATH is neither a directory nor a repo id in the local Hugging Face cache (exit 2)",
-    "unreadable": "a file or directory could not be read or listed (permissions, I/O error); exit 2",
+    "unreadable": "a file or directory could not be read or listed (permissions, I/O error, or a file that changed size while it was read: one finding per file); exit 2",
     "unwritable": "a file or directory could not be written (permissions, read-only disk); exit 2",
     "interrupted": "the command was interrupted (SIGINT); exit 2",
     # added later (kept at the end: codes are never reordered or renamed)

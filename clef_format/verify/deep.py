@@ -16,13 +16,14 @@ Scales are decoded with numpy (imported here only, never on the fast path) from 
 
 from __future__ import annotations
 
+import errno
 import os
 from concurrent.futures import Future
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, TypeVar
 
 from clef_format.progress import NO_PROGRESS
 from clef_format.read.checkpoint import Checkpoint
-from clef_format.read.hashing import HashPool, HashResult, HashTask
+from clef_format.read.hashing import ChangedWhileRead, HashPool, HashResult, HashTask
 from clef_format.read.hf_cache import etag_digest, local_dir_etag, local_dir_metadata, snapshot_blob
 from clef_format.read.manifest import ALGORITHM as MANIFEST_ALGORITHM
 from clef_format.read.manifest import MANIFEST_NAME, read_manifest
@@ -185,6 +186,20 @@ def _local_dir_refetch(ck: Checkpoint, rel: str) -> str:
             "is the repo it was downloaded from (the folder's download metadata does not record it)")
 
 
+#: The fix of a file that changed size while it was read (hashed or decoded): nothing is wrong with access.
+CHANGED_FIX = ("run it again once nothing else writes the checkpoint (a download or a copy still in progress "
+               "changes a file's size)")
+#: The fix of a file whose read failed otherwise (access, or an I/O error of the disk).
+UNREADABLE_FIX = "check permissions, or re-download the file"
+
+
+def read_failure(rel: str, what: str, exc: OSError) -> Finding:
+    """``unreadable`` (could not run, exit 2: a read that failed says nothing about the content) for ``rel``,
+    with the fix for its cause: the file changed size while read (``ChangedWhileRead``), or access."""
+    return error("unreadable", f"{rel} cannot be read {what}: {exc.strerror or exc}", file=rel,
+                 fix=CHANGED_FIX if isinstance(exc, ChangedWhileRead) else UNREADABLE_FIX)
+
+
 def _hash_findings(ck: Checkpoint, refs: dict[str, Reference],
                    results: dict[tuple[str, str], HashResult]) -> list[Finding]:
     out = []
@@ -194,9 +209,7 @@ def _hash_findings(ck: Checkpoint, refs: dict[str, Reference],
         if digest is None:
             # could not run: reading failed, which says nothing about the content (exit 2, not a verdict)
             out.append(error("unreadable", f"{rel} cannot be read while hashing: {problem}", file=rel,
-                             fix="run it again once nothing else writes the checkpoint (a download or a copy "
-                                 "still in progress changes a file's size)" if result.changed else
-                                 "check permissions, or re-download the file"))
+                             fix=CHANGED_FIX if result.changed else UNREADABLE_FIX))
         elif digest != ref.digest:
             out.append(error(
                 "hash-mismatch",
@@ -299,14 +312,18 @@ def _decode(dtype: str, data: bytes) -> "object":
 
 
 def _tally_tensor(fh: "object", start: int, nbytes: int, dtype: str, limit: float, is_global: bool) -> _Tally:
+    """Raises ``ChangedWhileRead`` when the file ends before the tensor does: it was cut (or rewritten)
+    after its header was read, and the bytes read are not the tensor's."""
     t = _Tally()
     width = 1 if dtype.startswith("F8") else {"F16": 2, "BF16": 2, "F32": 4, "F64": 8}[dtype]
     step = SCALE_CHUNK - SCALE_CHUNK % width
     done = 0
     while done < nbytes:
-        data = os.pread(fh.fileno(), min(step, nbytes - done), start + done)  # type: ignore[attr-defined]
-        if not data:
-            raise OSError("file shrank while decoding scales")
+        want = min(step, nbytes - done)
+        data = os.pread(fh.fileno(), want, start + done)  # type: ignore[attr-defined]
+        if len(data) < want:  # a regular file reads short only at its end
+            raise ChangedWhileRead(errno.EIO, "the file changed size while its scales were decoded (it ends before "
+                                              "the tensors its header lists): it is being written or truncated")
         if dtype == "F8_E4M3":
             _e4m3_chunk(t, data, done)
         else:
@@ -347,7 +364,7 @@ def backbone_scale_findings(ck: Checkpoint) -> Iterator[Finding]:
         try:
             fh = open(ck.path(rel), "rb")
         except OSError as exc:
-            yield error("bad-header", f"{rel} cannot be opened to decode scales: {exc.strerror}", file=rel)
+            yield read_failure(rel, "to decode its scales", exc)
             continue
         with fh:
             for name in names:
@@ -355,9 +372,9 @@ def backbone_scale_findings(ck: Checkpoint) -> Iterator[Finding]:
                 try:
                     t = _tally_tensor(fh, header.data_start + info_.begin, info_.nbytes, info_.dtype, limit,
                                       name.endswith("global_scale"))
-                except OSError as exc:
-                    yield error("bad-header", f"{rel}: {name} cannot be read: {exc}", file=rel, tensor=name)
-                    continue
+                except OSError as exc:  # one finding for the file (one cause), never one per tensor after it
+                    yield read_failure(rel, f"while its scales are decoded ({name})", exc)
+                    break
                 c, first = t.counts, t.first
                 if c["nonfinite"] and not is_tables:
                     yield error("nonfinite-scale", f"{name}: {c['nonfinite']} scale(s) NaN or infinite "
@@ -400,11 +417,17 @@ class DeepRun:
             scale_out = self.scales.result()
         finally:
             done = {(r.key.split(":", 1)[1], r.algorithm): r for r in self.pool.results()}
-        findings = list(self.findings)
         hash_problems = _hash_findings(self.ck, self.refs, done)
-        findings.extend(hash_problems)
+        # a file that could not be read in full (cut or rewritten meanwhile, or access) is one finding, the
+        # first reader's: what the hashing or the decode concluded from its moving bytes is no verdict
+        unread: dict[str, Finding] = {}
+        for f in [*hash_problems, *scale_out]:
+            if f.code == "unreadable" and f.file is not None:
+                unread.setdefault(f.file, f)
+        findings = list(self.findings)
+        findings.extend(f for f in hash_problems if f.file not in unread or f is unread[f.file])
         findings.extend(_unchecked_findings(self.ck, self.unchecked, len(self.refs)))
-        findings.extend(scale_out)
+        findings.extend(f for f in scale_out if f.file not in unread or f is unread[f.file])
         if self.refs and not hash_problems and not any(f.code in ("hash-mismatch", "missing-file") for f in findings):
             sources = sorted({r.source for r in self.refs.values()})
             findings.append(info("deep-verified", f"{len(self.refs)} file(s) hashed ({self.total / 1e9:.2f} GB), "

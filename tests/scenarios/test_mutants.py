@@ -421,9 +421,11 @@ MUTANTS = [
            "if argv is None and command in READ_ONLY:", "if argv is None:",
            ("tests/cli/test_exit.py",)),
     Mutant("changed-while-hashed-told-to-check-permissions", "clef_format/verify/deep.py",
-           '"still in progress changes a file\'s size)" if result.changed else',
-           '"still in progress changes a file\'s size)" if False else',
+           "fix=CHANGED_FIX if result.changed else UNREADABLE_FIX", "fix=CHANGED_FIX if False else UNREADABLE_FIX",
            ("tests/verify/test_deep.py::test_deep_reports_a_file_truncated_while_hashed_as_unreadable",)),
+    Mutant("a-cut-file-reported-by-each-reader", "clef_format/verify/deep.py",
+           "unread.setdefault(f.file, f)", "pass",
+           ("tests/verify/test_deep.py::test_a_file_cut_during_deep_is_one_unreadable_finding_with_its_fix",)),
 ]
 
 

@@ -303,3 +303,35 @@ def test_deep_reports_a_file_truncated_while_hashed_as_unreadable(tmp_path: Path
     assert "changed size while it was hashed" in hit[0].message
     # the fix says what helps (wait for the writer), not permissions, which are fine
     assert "permission" not in hit[0].fix and "nothing else writes" in hit[0].fix, hit[0].fix
+
+
+@pytest.mark.parametrize(("layout", "rel"), [("layout-1", "model.safetensors"), ("layout-2", "model.safetensors"),
+                                             ("layout-2", "clef_head/tables_int8.safetensors")])
+@pytest.mark.parametrize("with_manifest", [False, True])
+@pytest.mark.parametrize("cut", [0, 3])
+def test_a_file_cut_during_deep_is_one_unreadable_finding_with_its_fix(fresh, layout: str, rel: str,
+                                                                       with_manifest: bool, cut: int) -> None:
+    """A file cut after the structure read (while it is hashed, or before its scales or tables are decoded):
+    besides the hashing's ``unreadable``, the scale decode said ``bad-header`` once per scale tensor, with
+    no fix (or failed on a partial element). Now one finding for the file, ``unreadable`` (could not run),
+    whose fix says to run again once nothing writes the checkpoint; never a verdict on the cut bytes."""
+    from clef_format.read.safetensors import read_header
+    from clef_format.verify.deep import CHANGED_FIX, DeepRun
+
+    root = fresh(layout)
+    if with_manifest:
+        assert main(["manifest", str(root)]) == 0
+    keep = read_header(root / rel).data_start + cut  # 3: inside the first tensor, not a whole element of any dtype
+    ck = read_checkpoint(str(root))
+
+    class Cutting:
+        def add(self, description: str, total: int, unit: str = "B"):
+            return _truncating_progress(root / rel, keep)
+
+    if not with_manifest:  # nothing hashed: cut between the structure read and the deep read
+        os.truncate(root / rel, keep)
+    findings = DeepRun(ck, Cutting()).finish()
+    assert os.path.getsize(root / rel) == keep
+    hits = [f for f in findings if f.file == rel]
+    assert [(f.code, f.fix) for f in hits] == [("unreadable", CHANGED_FIX)], findings
+    assert all(f.fix for f in findings if f.severity in ("error", "warning")), findings

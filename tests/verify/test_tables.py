@@ -102,5 +102,5 @@ def test_a_chunk_size_that_is_no_multiple_of_the_element_width_keeps_elements_wh
 
 def test_a_table_shorter_than_its_header_says_stops_the_scan(tmp_path: Path) -> None:
     nbytes = _f32_file(tmp_path / "t.bin", [1.0] * 4)
-    with open(tmp_path / "t.bin", "rb") as fh, pytest.raises(OSError, match="^file shrank while reading a table$"):
+    with open(tmp_path / "t.bin", "rb") as fh, pytest.raises(OSError, match="changed size while a table was read"):
         tables._scan(fh, 0, nbytes + 8, 4, lambda d: TF.float_problems("F32", d))

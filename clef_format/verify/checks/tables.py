@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
     from clef_format.verify.vllm_build import VllmBuild
@@ -34,13 +36,29 @@ def _scan(fh: object, start: int, nbytes: int, width: int, rule: Callable[[bytes
     step = CHUNK - CHUNK % width
     done = 0
     while done < nbytes:
+        want = min(step, nbytes - done)
         fh.seek(start + done)  # type: ignore[attr-defined]
-        data = fh.read(min(step, nbytes - done))  # type: ignore[attr-defined]
-        if not data:
-            raise OSError("file shrank while reading a table")
+        data = fh.read(want)  # type: ignore[attr-defined]
+        if len(data) < want:  # short only at its end: cut or rewritten since its header was read
+            import errno
+
+            from clef_format.read.hashing import ChangedWhileRead
+
+            raise ChangedWhileRead(errno.EIO, "the file changed size while a table was read (it ends before the "
+                                              "tensors its header lists): it is being written or truncated")
         out.merge(rule(data), done // width)
         done += len(data)
     return out
+
+
+@contextmanager
+def _naming(rel: str) -> Iterator[None]:
+    """An ``OSError`` raised while ``rel`` is read names it (``filename``): the caller says which file it was."""
+    try:
+        yield
+    except OSError as exc:
+        exc.filename = exc.filename or rel
+        raise
 
 
 def table_content_findings(ck: Checkpoint) -> list[Finding]:
@@ -56,7 +74,8 @@ def table_content_findings(ck: Checkpoint) -> list[Finding]:
     header = ck.headers.get(L.TABLES)
     if header is not None:
         recorded, _ = TF.read_digests(header.metadata)  # a malformed entry: check_tables' note
-        scan = scan_tables(ck.path(L.TABLES), header, ck.tables, recorded)
+        with _naming(L.TABLES):
+            scan = scan_tables(ck.path(L.TABLES), header, ck.tables, recorded)
         for table, p in scan.problems.items():
             out += _value_findings(table, p)
         for name, digest in sorted(recorded.items()):
@@ -75,7 +94,7 @@ def table_content_findings(ck: Checkpoint) -> list[Finding]:
         if info is None or rel is None or hdr is None or info.dtype not in TF.FLOAT_TABLE_DTYPES:
             continue
         width = 4 if info.dtype == "F32" else 2
-        with open(ck.path(rel), "rb") as fh:
+        with _naming(rel), open(ck.path(rel), "rb") as fh:
             p = _scan(fh, hdr.data_start + info.begin, info.nbytes, width, lambda d: TF.float_problems(info.dtype, d))
         if p:
             rows = sorted({i // max(info.shape[-1], 1) for i in p.first["nonfinite"]})
