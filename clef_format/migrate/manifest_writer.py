@@ -168,18 +168,28 @@ def _make_manifest_locked(ck: Any, path: str, force: bool, progress: Progress | 
         return make_report("manifest", path, layout, [refusal, *errors], details)
     files = manifest_files(ck)
     # a manifest is checked first by --deep: it must never vouch for bytes that fail a reference unawares
-    from clef_format.verify.deep import reference_findings
-
-    bad = [f for f in reference_findings(ck, sorted(files), progress) if f.severity == "error"]
+    damaged, differing = _failing_references(ck, files, progress)
+    bad = damaged + differing
     unread = [f for f in bad if f.code == "unreadable"]
     if unread:
         raise CouldNotRun(f"{unread[0].message}; nothing was written", fix=unread[0].fix)
     if bad and not force:
-        refusal = error("manifest-refused", f"{len(bad)} file(s) fail what they are checked against (download "
-                                            "metadata, the present manifest): a manifest would record the damaged "
-                                            "bytes as correct", fix=f"re-download them (clef-format verify {path} "
-                                                                   "--deep lists them), or pass --force")
-        return make_report("manifest", path, layout, [refusal, *bad], details)
+        from clef_format.verify.deep import remanifest
+
+        refusals = []
+        if damaged:
+            refusals.append(error(
+                "manifest-refused", f"{len(damaged)} file(s) are not the bytes that were downloaded (they fail their "
+                "download metadata): a manifest would record the damaged bytes as correct",
+                fix=f"re-download them (clef-format verify {path} --deep lists them), or pass --force"))
+        if differing:
+            refusals.append(error(
+                "manifest-refused", f"{len(differing)} file(s) differ from what {MANIFEST_NAME} recorded, and nothing "
+                "else (no download metadata) says which bytes are right: a manifest would replace that record with "
+                "the bytes as they are now", fix=f"if they are the bytes to keep (an intended edit, or a good copy "
+                f"put back after `manifest --force` recorded other bytes), {remanifest(ck)}; otherwise copy them "
+                f"again from the copy {MANIFEST_NAME} was made from (clef-format verify {path} --deep lists them)"))
+        return make_report("manifest", path, layout, [*refusals, *bad], details)
     # --force writes past them, but says so: each error it was forced past stays in the report, a warning
     # now (a FIFO or an unsafe file is then simply not listed, a file that fails its reference recorded as
     # it is, and the user reads which)
@@ -209,6 +219,29 @@ def _make_manifest_locked(ck: Any, path: str, force: bool, progress: Progress | 
     crashpoint("cleanup")
     return make_report("manifest", path, layout, written_past, ManifestDetails(target, ALGORITHM, len(digests),
                                                                         sum(files.values())))
+
+
+def _failing_references(ck: Any, files: dict[str, int], progress: Progress | None) -> tuple[list[Any], list[Any]]:
+    """The errors of checking ``files`` against their references (``unreadable`` included), split in two:
+    the bytes that are not what was downloaded (damage), and those that differ from the present manifest
+    with no download reference to tell which is right.
+
+    A file the present manifest lists is checked against it first (as ``verify --deep`` does); one that
+    differs from it is checked again against its download metadata alone: when it matches, it is what was
+    downloaded (a good copy put back after ``--force`` recorded damaged bytes, say), so it passes and is
+    recorded as it is; when it fails, the damage is said against the download."""
+    from clef_format.read.manifest import read_manifest
+    from clef_format.verify.deep import ReferenceCheck, reference_findings
+
+    bad = [f for f in reference_findings(ck, sorted(files), progress) if f.severity == "error"]
+    listed, _ = read_manifest(ck)
+    stale = {f.file for f in bad if f.code == "hash-mismatch" and listed is not None and f.file in listed}
+    if not stale:
+        return bad, []
+    again = ReferenceCheck(ck, stale.__contains__, progress=progress, use_manifest=False)
+    downloaded = [f for f in again.finish() if f.severity == "error"]  # those with download metadata that fail it
+    damaged = [f for f in bad if f.file not in stale] + downloaded
+    return damaged, [f for f in bad if f.file in stale and f.file not in again.refs]
 
 
 def rewrite_manifest(source: Any, new_root: str, changed: set[str], always: bool = False) -> str | None:

@@ -64,7 +64,7 @@ CODES: dict[str, str] = {
     "migrate-failed": "migrate failed while writing and rolled back; the checkpoint is unchanged",
     "table-nonfinite": "a source table row holds NaN or Inf; it cannot be quantized faithfully",
     "migrate-recovered": "migrate found an interrupted run and resumed, finished or rolled it back (info)",
-    "manifest-refused": "manifest would not write: a cache snapshot, a checkpoint with errors, or files that fail their download metadata or the present manifest (see --force)",
+    "manifest-refused": "manifest would not write: a cache snapshot, a checkpoint with errors, files that fail their download metadata, or files that differ from the present manifest with no download metadata to tell which bytes are right (see --force)",
     # the command could not run (exit 2): nothing was said about the checkpoint's content
     "usage-error": "the command line is not a valid command (exit 2)",
     "path-not-found": "PATH is neither a directory nor a repo id in the local Hugging Face cache (exit 2)",

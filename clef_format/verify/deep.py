@@ -66,10 +66,13 @@ def local_dir_reference(ck: Checkpoint, rel: str) -> Reference | None:
     return _etag_reference(etag, "local_dir download metadata", ck.path(rel)) if etag else None
 
 
-def gather_references(ck: Checkpoint) -> tuple[dict[str, Reference], list[str], list[Finding]]:
-    """Per file, the one reference it is hashed against; the files with none; findings so far."""
+def gather_references(ck: Checkpoint, use_manifest: bool = True) -> tuple[dict[str, Reference], list[str],
+                                                                          list[Finding]]:
+    """Per file, the one reference it is hashed against; the files with none; findings so far.
+    ``use_manifest=False``: the download's own references alone (``manifest`` asks what a file that
+    differs from the present manifest was downloaded as)."""
     findings: list[Finding] = []
-    entries, problems = read_manifest(ck)
+    entries, problems = read_manifest(ck) if use_manifest else (None, [])
     findings.extend(problems)
     refs: dict[str, Reference] = {}
     unchecked: list[str] = []
@@ -118,7 +121,8 @@ def gather_references(ck: Checkpoint) -> tuple[dict[str, Reference], list[str], 
 
 def remanifest(ck: Checkpoint) -> str:
     """The command that records the files as they are now over the present manifest (which manifest
-    refuses to overwrite with files that fail it unless forced), with the checkpoint's real path."""
+    refuses to overwrite with files that differ from it, unless forced or they match their download
+    metadata), with the checkpoint's real path."""
     import shlex
 
     return f"re-run `clef-format manifest {shlex.quote(os.path.abspath(ck.root))} --force`"
@@ -211,10 +215,12 @@ def _hash_findings(ck: Checkpoint, refs: dict[str, Reference],
             out.append(error("unreadable", f"{rel} cannot be read while hashing: {problem}", file=rel,
                              fix=CHANGED_FIX if result.changed else UNREADABLE_FIX))
         elif digest != ref.digest:
+            what = (f"not the bytes {MANIFEST_NAME} recorded (changed since: damaged, or edited or put back on purpose)"
+                    if ref.source == MANIFEST_NAME else "not the bytes that were downloaded")
             out.append(error(
                 "hash-mismatch",
-                f"{rel}: {ref.algorithm} expected {ref.digest} ({ref.source}), actual {digest}: not the bytes that "
-                "were downloaded, so an engine would serve them as they are now (wrong answers, or a failed start)",
+                f"{rel}: {ref.algorithm} expected {ref.digest} ({ref.source}), actual {digest}: {what}, so an "
+                "engine would serve them as they are now (wrong answers, or a failed start)",
                 file=rel, fix=f"its content is not what was downloaded or recorded: {refetch_fix(ck, rel, ref)}"))
     return out
 
@@ -446,9 +452,10 @@ class ReferenceCheck:
     """
 
     def __init__(self, ck: Checkpoint, wanted: Callable[[str], bool], *,
-                 skip: Callable[[Reference], bool] | None = None, progress: Any = None) -> None:
+                 skip: Callable[[Reference], bool] | None = None, progress: Any = None,
+                 use_manifest: bool = True) -> None:
         self.ck = ck
-        refs, unchecked, self.findings = gather_references(ck)
+        refs, unchecked, self.findings = gather_references(ck, use_manifest)
         self.refs = {rel: ref for rel, ref in refs.items() if wanted(rel)}
         self.unchecked = [rel for rel in unchecked if wanted(rel)]
         self.skipped = sorted(rel for rel, ref in self.refs.items() if skip is not None and skip(ref))

@@ -358,6 +358,41 @@ def test_manifest_refuses_to_vouch_for_a_file_that_fails_its_reference(built, tm
     assert "--force" in out["findings"][0]["message"] and out["findings"][0]["fix"]
 
 
+@pytest.mark.parametrize("kind", ["local_dir", "manifest"])
+def test_a_good_copy_put_back_after_manifest_force_is_told_the_truth(built, tmp_path: Path, capsys, kind: str) -> None:
+    """``manifest --force`` recorded damaged bytes; the user put the good file back (re-downloaded it). A
+    plain ``manifest`` then refused, calling the good bytes damaged, and only --force got out. Now a file
+    that differs from the present manifest is checked against its download metadata: what was downloaded
+    is recorded without --force; with nothing else to tell (no metadata), the refusal says the file
+    differs from what the manifest recorded and gives the exact command that records it as it is."""
+    root = _with_reference(kind, built, tmp_path, capsys)
+    good = (root / "model.safetensors").read_bytes()
+    _flip_a_weight_byte(root / "model.safetensors")
+    assert run(capsys, "manifest", str(root), "--force")[0] == 0
+    (root / "model.safetensors").write_bytes(good)  # downloaded again
+    rc, out = run(capsys, "manifest", str(root))
+    if kind == "local_dir":
+        assert rc == 0 and out["written"] and not out["findings"], out
+        rc, out = run(capsys, "verify", str(root), "--deep")
+        assert rc == 0 and "deep-verified" in [f["code"] for f in out["findings"]], out
+        # bytes that fail the manifest and the download metadata alike: damage, said against the download
+        _flip_a_weight_byte(root / "model.safetensors")
+        rc, out = run(capsys, "manifest", str(root))
+        assert rc == 1 and [f["code"] for f in out["findings"]] == ["manifest-refused", "hash-mismatch"], out
+        assert "not the bytes that were downloaded" in out["findings"][0]["message"], out
+        assert "local_dir download metadata" in out["findings"][1]["message"], out
+        return
+    refusal, mismatch = out["findings"]
+    assert rc == 1 and (refusal["code"], mismatch["code"]) == ("manifest-refused", "hash-mismatch"), out
+    assert f"differ from what {MANIFEST_NAME} recorded" in refusal["message"], refusal
+    assert "damaged bytes" not in refusal["message"] and "downloaded" not in mismatch["message"], out
+    command = f"`clef-format manifest {root.resolve()} --force`"
+    assert command in refusal["fix"] and command in mismatch["fix"], out
+    assert run(capsys, *command.strip("`").split()[1:])[0] == 0
+    rc, out = run(capsys, "verify", str(root), "--deep")
+    assert rc == 0 and "deep-verified" in [f["code"] for f in out["findings"]], out
+
+
 def test_migrate_refuses_a_manifest_it_cannot_check_against(fresh, capsys) -> None:
     """A duplicate key made the manifest unusable: migrate skipped the check and left the stale manifest."""
     root = fresh("layout-1")
