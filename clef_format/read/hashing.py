@@ -22,6 +22,8 @@ import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Iterable, NamedTuple, Protocol, TypeVar
 
+from clef_format.spec.findings import Finding, error
+
 ALGORITHMS = ("sha256", "git-sha1", "blake3")
 
 #: Read size for the sha family: small enough that a chunk is hashed while still in the CPU caches
@@ -55,6 +57,20 @@ class HashResult(NamedTuple):
 
 class ChangedWhileRead(OSError):
     """The file changed size while it was read: someone writes it; reading it again later may succeed."""
+
+
+#: The fix of a file that changed size while it was read (hashed or decoded): nothing is wrong with access.
+CHANGED_FIX = ("run it again once nothing else writes the checkpoint (a download or a copy still in progress "
+               "changes a file's size)")
+#: The fix of a file whose read failed otherwise (access, or an I/O error of the disk).
+UNREADABLE_FIX = "check permissions, or re-download the file"
+
+
+def read_failure(rel: str, what: str, exc: OSError) -> Finding:
+    """``unreadable`` (could not run, exit 2: a read that failed says nothing about the content) for ``rel``,
+    with the fix for its cause: the file changed size while read (``ChangedWhileRead``), or access."""
+    return error("unreadable", f"{rel} cannot be read {what}: {exc.strerror or exc}", file=rel,
+                 fix=CHANGED_FIX if isinstance(exc, ChangedWhileRead) else UNREADABLE_FIX)
 
 
 class _Hasher(Protocol):

@@ -23,7 +23,9 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, TypeVar
 
 from clef_format.progress import NO_PROGRESS
 from clef_format.read.checkpoint import Checkpoint
-from clef_format.read.hashing import ChangedWhileRead, HashPool, HashResult, HashTask
+from clef_format.read.hashing import (
+    CHANGED_FIX, UNREADABLE_FIX, ChangedWhileRead, HashPool, HashResult, HashTask, read_failure,
+)
 from clef_format.read.hf_cache import etag_digest, local_dir_etag, local_dir_metadata, snapshot_blob
 from clef_format.read.manifest import ALGORITHM as MANIFEST_ALGORITHM
 from clef_format.read.manifest import MANIFEST_NAME, read_manifest
@@ -188,20 +190,6 @@ def _local_dir_refetch(ck: Checkpoint, rel: str) -> str:
     and etag, not the repo id, so the command names the repo as ORG/NAME and says so."""
     return (f"re-download it: `hf download ORG/NAME {rel} --local-dir {ck.root} --force-download`, where ORG/NAME "
             "is the repo it was downloaded from (the folder's download metadata does not record it)")
-
-
-#: The fix of a file that changed size while it was read (hashed or decoded): nothing is wrong with access.
-CHANGED_FIX = ("run it again once nothing else writes the checkpoint (a download or a copy still in progress "
-               "changes a file's size)")
-#: The fix of a file whose read failed otherwise (access, or an I/O error of the disk).
-UNREADABLE_FIX = "check permissions, or re-download the file"
-
-
-def read_failure(rel: str, what: str, exc: OSError) -> Finding:
-    """``unreadable`` (could not run, exit 2: a read that failed says nothing about the content) for ``rel``,
-    with the fix for its cause: the file changed size while read (``ChangedWhileRead``), or access."""
-    return error("unreadable", f"{rel} cannot be read {what}: {exc.strerror or exc}", file=rel,
-                 fix=CHANGED_FIX if isinstance(exc, ChangedWhileRead) else UNREADABLE_FIX)
 
 
 def _hash_findings(ck: Checkpoint, refs: dict[str, Reference],

@@ -116,13 +116,11 @@ def tokenizer_findings(ck: Checkpoint) -> list[Finding]:
 
 def startup_findings(ck: Checkpoint) -> list[Finding]:
     """The table rule over every row, the recorded digests and the tokenizer files' JSON."""
-    from clef_format.read.hashing import ChangedWhileRead
+    from clef_format.read.hashing import ChangedWhileRead, read_failure
 
     try:
         out = table_content_findings(ck)
     except ChangedWhileRead as exc:  # cut or rewritten since the structure read: a read that changed, no verdict
-        from clef_format.verify.deep import read_failure
-
         out = [read_failure(exc.filename or L.TABLES, "in full", exc)]
     except OSError as exc:
         out = [error("bad-header", f"the tables cannot be read in full: {exc}: the engine would fail loading them",
