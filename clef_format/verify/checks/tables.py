@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
     from clef_format.verify.vllm_build import VllmBuild
@@ -51,14 +49,20 @@ def _scan(fh: object, start: int, nbytes: int, width: int, rule: Callable[[bytes
     return out
 
 
-@contextmanager
-def _naming(rel: str) -> Iterator[None]:
-    """An ``OSError`` raised while ``rel`` is read names it (``filename``): the caller says which file it was."""
-    try:
-        yield
-    except OSError as exc:
-        exc.filename = exc.filename or rel
-        raise
+class _naming:
+    """An ``OSError`` raised while ``rel`` is read names it (``filename``): the caller says which file it was.
+    (A class, not ``contextlib.contextmanager``: this module is on verify's fast path, which imports no contextlib.)"""
+
+    def __init__(self, rel: str) -> None:
+        self.rel = rel
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> bool:
+        if isinstance(exc, OSError) and not exc.filename:
+            exc.filename = self.rel
+        return False
 
 
 def table_content_findings(ck: Checkpoint) -> list[Finding]:
