@@ -59,10 +59,9 @@ class _naming:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> bool:
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
         if isinstance(exc, OSError) and not exc.filename:
             exc.filename = self.rel
-        return False
 
 
 def table_content_findings(ck: Checkpoint) -> list[Finding]:
