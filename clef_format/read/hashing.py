@@ -58,6 +58,15 @@ class HashResult(NamedTuple):
 class ChangedWhileRead(OSError):
     """The file changed size while it was read: someone writes it; reading it again later may succeed."""
 
+    @classmethod
+    def cut(cls, what: str) -> "ChangedWhileRead":
+        """A read that came back short while ``what`` was read: a regular file reads short only at its end,
+        so it was cut or rewritten after its header was read."""
+        import errno
+
+        return cls(errno.EIO, f"the file changed size while {what} (it ends before the tensors its header lists): "
+                              "it is being written or truncated")
+
 
 #: The fix of a file that changed size while it was read (hashed or decoded): nothing is wrong with access.
 CHANGED_FIX = ("run it again once nothing else writes the checkpoint (a download or a copy still in progress "

@@ -49,12 +49,9 @@ def _stream(fd: int, start: int, nbytes: int, step: int) -> "Iterable[tuple[int,
         want = min(step, nbytes - done)
         data = os.pread(fd, want, start + done)
         if len(data) < want:  # a regular file reads short only at its end: cut or rewritten since its header was read
-            import errno
-
             from clef_format.read.hashing import ChangedWhileRead
 
-            raise ChangedWhileRead(errno.EIO, "the file changed size while a table was read (it ends before the "
-                                              "tensors its header lists): it is being written or truncated")
+            raise ChangedWhileRead.cut("a table was read")
         yield done, data
         done += len(data)
 

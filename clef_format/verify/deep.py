@@ -16,7 +16,6 @@ Scales are decoded with numpy (imported here only, never on the fast path) from 
 
 from __future__ import annotations
 
-import errno
 import os
 from concurrent.futures import Future
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, TypeVar
@@ -316,8 +315,7 @@ def _tally_tensor(fh: "object", start: int, nbytes: int, dtype: str, limit: floa
         want = min(step, nbytes - done)
         data = os.pread(fh.fileno(), want, start + done)  # type: ignore[attr-defined]
         if len(data) < want:  # a regular file reads short only at its end
-            raise ChangedWhileRead(errno.EIO, "the file changed size while its scales were decoded (it ends before "
-                                              "the tensors its header lists): it is being written or truncated")
+            raise ChangedWhileRead.cut("its scales were decoded")
         if dtype == "F8_E4M3":
             _e4m3_chunk(t, data, done)
         else:

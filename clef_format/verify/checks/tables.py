@@ -38,12 +38,9 @@ def _scan(fh: object, start: int, nbytes: int, width: int, rule: Callable[[bytes
         fh.seek(start + done)  # type: ignore[attr-defined]
         data = fh.read(want)  # type: ignore[attr-defined]
         if len(data) < want:  # short only at its end: cut or rewritten since its header was read
-            import errno
-
             from clef_format.read.hashing import ChangedWhileRead
 
-            raise ChangedWhileRead(errno.EIO, "the file changed size while a table was read (it ends before the "
-                                              "tensors its header lists): it is being written or truncated")
+            raise ChangedWhileRead.cut("a table was read")
         out.merge(rule(data), done // width)
         done += len(data)
     return out
