@@ -70,13 +70,13 @@ class Result:
     report: Report | None = None
 
 
-def _verify_staged(plan: Plan, target: Target, display: str, name: str) -> Report:
-    """verify of the staged tree, its fixes naming ``name``: the folder the tree becomes once swapped in
-    (never the workspace, which is gone by the time the user reads them)."""
+def _verify_staged(plan: Plan, target: Target, display: str, name: str | None = None) -> Report:
+    """verify of the staged tree, its fixes naming ``name`` (default ``display``): the folder the tree
+    becomes once swapped in (never the workspace, which is gone by the time the user reads them)."""
     from clef_format.verify.run import verify_checkpoint
 
     crashpoint("verify")
-    report = verify_checkpoint(read_checkpoint(target.new, name), display)
+    report = verify_checkpoint(read_checkpoint(target.new, name or display), display)
     if not report.ok or report.layout != plan.to_layout:
         errors = "; ".join(f"{f.code}: {f.message}" for f in report.findings if f.severity == "error")
         raise OSError(errno.EIO, f"the new files did not verify as {plan.to_layout} "
