@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 TYPE_CHECKING = False
@@ -62,6 +63,34 @@ def write(text: str, stream: str = "stdout") -> None:
         raise
     except (OSError, ValueError) as exc:  # ValueError: a file object closed under us
         raise StreamUnwritable(stream, getattr(exc, "strerror", None) or str(exc)) from None
+
+
+def require_stdout(command: str) -> None:
+    """A command that writes (migrate, manifest, example) reports what it did on stdout: when stdout is
+    closed (``>&-``) or open for reading only, that report could never be printed, so the command is
+    refused before it changes anything (``StreamUnwritable``: the contract's ``unwritable``, exit 2),
+    never after it wrote. A stdout that fails only when written (a full disk) is found when printing."""
+    fh = sys.stdout
+    reason = None
+    if fh is None:  # the descriptor was closed when Python started
+        reason = "it is closed"
+    else:
+        try:
+            fd = fh.fileno()
+        except (AttributeError, OSError, ValueError):  # not a real file (a caller's in-process capture)
+            return
+        import fcntl
+
+        try:
+            mode = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+        except OSError:
+            reason = "it is closed"
+        else:
+            if mode == os.O_RDONLY:
+                reason = "it is open for reading only"
+    if reason is not None:
+        raise StreamUnwritable("stdout", f"{reason}; {command} reports what it did there, so it was refused before "
+                                         "changing anything (give it a stdout, e.g. >/dev/null)")
 
 
 def one_cause(report: Report) -> Report:

@@ -70,11 +70,13 @@ class Result:
     report: Report | None = None
 
 
-def _verify_staged(plan: Plan, target: Target, display: str) -> Report:
+def _verify_staged(plan: Plan, target: Target, display: str, name: str | None = None) -> Report:
+    """verify of the staged tree, its fixes naming ``name`` (default ``display``): the folder the tree
+    becomes once swapped in (never the workspace, which is gone by the time the user reads them)."""
     from clef_format.verify.run import verify_checkpoint
 
     crashpoint("verify")
-    report = verify_checkpoint(read_checkpoint(target.new), display)
+    report = verify_checkpoint(read_checkpoint(target.new, name or display), display)
     if not report.ok or report.layout != plan.to_layout:
         errors = "; ".join(f"{f.code}: {f.message}" for f in report.findings if f.severity == "error")
         raise OSError(errno.EIO, f"the new files did not verify as {plan.to_layout} "
@@ -164,14 +166,16 @@ def source_state(ck: Checkpoint, target: Target) -> TreeState:
 
 def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | None = None,
              workers: int = 2, before: TreeState | None = None, entries: list[str] | None = None,
-             journal: Journal | None | NotRead = NOT_READ, display: str | None = None) -> Result:
+             journal: Journal | None | NotRead = NOT_READ, display: str | None = None,
+             name: str | None = None) -> Result:
     """Stage, verify, swap, clean up. Raises ``OSError`` (rolled back: the original is intact) on failure,
     ``SourceChanged`` when the source is not, right before the swap, what it was in ``before`` (by
     default its state when this call began; the caller takes it before it reads the checkpoint).
 
     What the caller already has is passed, not read again: ``entries`` (``survey_source`` of ``ck.root``,
     taken since ``before``), ``journal`` (read under the lock, after any recovery: None when there is
-    no workspace). ``display``: the path the staged tree's verify report names (default the target)."""
+    no workspace). ``display``: the path the staged tree's verify report names (default the target);
+    ``name``: what its fixes call the result (``Checkpoint.name``; default ``display``)."""
     progress = progress or NO_PROGRESS
     result = Result()
     t0 = time.perf_counter()
@@ -241,7 +245,8 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
         result.quality = dict(journal.quality)
         t1 = time.perf_counter()
         result.seconds["stage"] = round(t1 - t0, 3)
-        result.report = _verify_staged(plan, target, display or target.path)  # raises unless it verifies clean
+        shown = display or target.path
+        result.report = _verify_staged(plan, target, shown, name or shown)  # raises unless it verifies clean
         result.seconds["verify"] = round(time.perf_counter() - t1, 3)
         st = os.stat(target.new)
         journal.new_ino = [st.st_dev, st.st_ino]

@@ -17,6 +17,7 @@ from clef_format.errors import CouldNotRun, Refused
 from clef_format.migrate.crash import crashpoint
 from clef_format.progress import NO_PROGRESS, Progress
 from clef_format.read.checkpoint import open_checkpoint
+from clef_format.shell import quote_path
 from clef_format.read.hashing import HashTask, hash_many
 from clef_format.read.hf_cache import in_hf_cache
 from clef_format.read.manifest import ALGORITHM, MANIFEST_NAME, build_manifest, manifest_files
@@ -74,13 +75,17 @@ def write_manifest(root: str, manifest: dict[str, Any]) -> str:
 
 @contextmanager
 def writer_lock(root: str, code: str = "manifest-refused",
-                fix: str = "wait for it to finish, then run clef-format manifest on the result") -> Iterator[None]:
+                fix: str = "wait for it to finish, then run clef-format manifest on the result",
+                unlockable: str = "copy the checkpoint to a folder you can write, and run it there") -> Iterator[None]:
     """The lock ``migrate`` holds on ``root`` (``.ROOT.clef-migrate.lock`` beside it), held by every other
     writer of the checkpoint too: a migrate staging now would swap away what is written meanwhile.
-    ``Refused`` (``code``, with ``fix``) while a migrate runs. Where the folder beside ``root`` is not
-    writable no lock file can be made, and no migrate can run in place there either: nothing to hold."""
+    ``Refused`` (``code``, with ``fix``) while a migrate runs; with ``unlockable`` when the lock cannot be
+    made there at all (a folder no file can be created in, such as ``/proc``; no flock), where waiting
+    would not help; with the lock's own fix otherwise (something else sits at the lock's name). Where the
+    folder beside ``root`` is not writable no lock file can be made, and no migrate can run in place there
+    either: nothing to hold."""
     from clef_format.migrate.preflight import lock_held
-    from clef_format.migrate.workspace import Lock, make_target, name_too_long
+    from clef_format.migrate.workspace import Lock, LockHeld, LockUnmade, make_target, name_too_long
 
     target = make_target(root, None)
     if name_too_long(target):  # no lock can be named beside it, so no migrate can run on it: nothing to hold
@@ -93,9 +98,10 @@ def writer_lock(root: str, code: str = "manifest-refused",
         return
     try:
         lock = Lock(target).__enter__()
-    except Refused as exc:
+    except Refused as exc:  # a lock that is held is waited out; one that cannot be made needs another place
+        own = fix if isinstance(exc, LockHeld) else unlockable if isinstance(exc, LockUnmade) else exc.fix
         raise Refused(code, exc.message if "nothing was written" in exc.message else f"{exc.message}; nothing was "
-                      "written", fix) from None
+                      "written", own) from None
     try:
         yield
     finally:
@@ -113,7 +119,7 @@ def make_manifest(path: str, force: bool = False, progress: Progress | None = No
     if ck.hf_snapshot or in_hf_cache(ck.root):
         return make_report("manifest", path, layout, [error(
             "manifest-refused", f"{ck.root} is inside a Hugging Face cache, which clef-format never writes to",
-            fix=f"clef-format verify {path} --deep already checks it against the cache's blob names")], details)
+            fix=f"clef-format verify {quote_path(path)} --deep already checks it against the cache's blob names")], details)
     try:
         with writer_lock(ck.root):
             before = _state(ck.root)  # taken before the files are read: a change after it is seen
@@ -164,7 +170,8 @@ def _make_manifest_locked(ck: Any, path: str, force: bool, progress: Progress | 
     errors = [f for f in ck.findings if f.severity == "error"]
     if errors and not force:
         refusal = error("manifest-refused", "reading the checkpoint found errors; a manifest would record a broken "
-                                           "download", fix=f"fix what clef-format verify {path} reports, or pass --force")
+                                           "download",
+                        fix=f"fix what clef-format verify {quote_path(path)} reports, or pass --force")
         return make_report("manifest", path, layout, [refusal, *errors], details)
     files = manifest_files(ck)
     # a manifest is checked first by --deep: it must never vouch for bytes that fail a reference unawares
@@ -181,14 +188,14 @@ def _make_manifest_locked(ck: Any, path: str, force: bool, progress: Progress | 
             refusals.append(error(
                 "manifest-refused", f"{len(damaged)} file(s) are not the bytes that were downloaded (they fail their "
                 "download metadata): a manifest would record the damaged bytes as correct",
-                fix=f"re-download them (clef-format verify {path} --deep lists them), or pass --force"))
+                fix=f"re-download them (clef-format verify {quote_path(path)} --deep lists them), or pass --force"))
         if differing:
             refusals.append(error(
                 "manifest-refused", f"{len(differing)} file(s) differ from what {MANIFEST_NAME} recorded, and nothing "
                 "else (no download metadata) says which bytes are right: a manifest would replace that record with "
                 "the bytes as they are now", fix=f"if they are the bytes to keep (an intended edit, or a good copy "
                 f"put back after `manifest --force` recorded other bytes), {remanifest(ck)}; otherwise copy them "
-                f"again from the copy {MANIFEST_NAME} was made from (clef-format verify {path} --deep lists them)"))
+                f"again from the copy {MANIFEST_NAME} was made from (clef-format verify {quote_path(path)} --deep lists them)"))
         return make_report("manifest", path, layout, [*refusals, *bad], details)
     # --force writes past them, but says so: each error it was forced past stays in the report, a warning
     # now (a FIFO or an unsafe file is then simply not listed, a file that fails its reference recorded as
@@ -209,7 +216,7 @@ def _make_manifest_locked(ck: Any, path: str, force: bool, progress: Progress | 
         return make_report("manifest", path, layout, [error(
             "manifest-refused", f"{ck.root} changed while its files were hashed ({shown}): the manifest would "
             "describe them as they were; nothing was written",
-            fix=f"clef-format manifest {path} again, once nothing else writes the checkpoint")], details)
+            fix=f"clef-format manifest {quote_path(path)} again, once nothing else writes the checkpoint")], details)
     crashpoint("swap")
     try:
         target = write_manifest(ck.root, build_manifest(digests, files))

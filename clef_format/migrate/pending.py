@@ -26,6 +26,7 @@ from clef_format.migrate.workspace import (
 )
 from clef_format.read.checkpoint import read_checkpoint
 from clef_format.report import Report, ReportDraft
+from clef_format.shell import quote_path
 from clef_format.spec.findings import error, info
 
 def interrupted_at(path: str) -> tuple[Target, Journal | None] | None:
@@ -77,7 +78,7 @@ def running_message(target: Target, journal: Journal | None, display: str, holde
     is to be resumed or rolled back (``--abort`` is refused while it runs)."""
     doing = f" ({journal.revision} {journal.direction} from {journal.source}, {journal.phase_name})" if journal else ""
     return (f"a clef-format migrate (pid {holder}) is running on {display} now{doing}: wait for it to finish, "
-            f"then clef-format migrate {display} --current shows the result")
+            f"then clef-format migrate {quote_path(display)} --current shows the result")
 
 
 def litter_message(target: Target, display: str) -> str:
@@ -90,21 +91,23 @@ def litter_message(target: Target, display: str) -> str:
     if foreign:
         return (f"{what(target, None)}: migrate refuses to run on {display} until it is moved away "
                 "(it may be your data); nothing removes it for you")
-    return f"a migrate run left litter beside {display} ({what(target, None)}): clef-format migrate {display} --abort removes it"
+    return (f"a migrate run left litter beside {display} ({what(target, None)}): clef-format migrate "
+            f"{quote_path(display)} --abort removes it")
 
 
 def resume_fix(target: Target, journal: Journal | None, display: str) -> str:
     """What to run about it: the command that resumes it (an --output run), and the one that rolls it back."""
     if journal is not None and journal.in_place:  # killed between the two renames of a fallback swap
-        return f"clef-format migrate {display} --abort puts the original tree back (it is complete in {target.ws})"
-    back = f"clef-format migrate {display} --abort rolls it back"
+        return f"clef-format migrate {quote_path(display)} --abort puts the original tree back (it is complete in {target.ws})"
+    back = f"clef-format migrate {quote_path(display)} --abort rolls it back"
     if journal is None:  # before its journal was first written, or after its cleanup removed it
         done = os.path.isdir(target.path) and bool(os.listdir(target.path))
-        return (f"clef-format migrate {display} --abort removes what it left (nothing in it is needed); "
+        return (f"clef-format migrate {quote_path(display)} --abort removes what it left (nothing in it is needed); "
                 + (f"{display} holds the finished result" if done else "then run the migration again"))
     if journal.source is None:
         return f"{back}; then run the migration again"  # nothing of it can be resumed
-    return f"clef-format migrate {journal.source} --to {journal.to_layout} --output {display} resumes it; {back}"
+    return (f"clef-format migrate {quote_path(journal.source)} --to {journal.to_layout} --output {quote_path(display)} "
+            f"resumes it; {back}")
 
 
 def not_found(path: str, exc: PathNotFound, found: tuple[Target, Journal | None] | None) -> PathNotFound:
@@ -137,7 +140,7 @@ def report_interrupted(target: Target, journal: Journal | None, display: str, *,
                                f"({what(target, journal)}); {resume_fix(target, journal, display)}")
         else:
             details.message = (f"{display} does not exist; only the lock of a killed migrate into it is left "
-                               f"({target.lock_path}): clef-format migrate {display} --abort removes it")
+                               f"({target.lock_path}): clef-format migrate {quote_path(display)} --abort removes it")
         return report.freeze("migrate")
     if dry_run:
         will = pending_recovery(target, None, abort=True)
@@ -153,7 +156,7 @@ def report_interrupted(target: Target, journal: Journal | None, display: str, *,
         return report.freeze("migrate")
     except OSError as exc:
         report.findings.append(error("migrate-failed", f"rolling back the interrupted migration failed: "
-                                                       f"{exc.strerror or exc}", fix=f"clef-format migrate {display} "
+                                                       f"{exc.strerror or exc}", fix=f"clef-format migrate {quote_path(display)} "
                                                        "--abort (after freeing the cause above)"))
         return report.freeze("migrate")
     if note:

@@ -31,6 +31,7 @@ from clef_format.progress import Progress
 from clef_format.read.checkpoint import Checkpoint, read_checkpoint
 from clef_format.read.paths import inside
 from clef_format.report import Report, ReportDraft
+from clef_format.shell import quote_path
 from clef_format.spec.findings import Finding, error, info, warning
 from clef_format.spec.layouts import Layout
 
@@ -98,7 +99,7 @@ def _refuse_cache(target: Target, ck: Checkpoint, display: str, opts: Options) -
 
     if target.in_place and (ck.hf_snapshot or cache_area(target.path)):
         raise MigrateRefused(f"{display} is a Hugging Face cache snapshot: its files are shared blobs "
-                             "and are never written", f"clef-format migrate {display} --to {opts.to} --output DIR")
+                             "and are never written", f"clef-format migrate {quote_path(display)} --to {opts.to} --output DIR")
     for place in (target.path, target.parent):
         area = cache_area(place)
         if area:
@@ -137,7 +138,8 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
     # right before the swap, so the read that follows serves the run (unless a recovery changes the tree);
     # what it finds is said where the survey belongs in the order of refusals (``Survey.check``)
     surveyed = None if opts.current else survey(root, target.in_place)
-    ck = read_checkpoint(root)
+    ck = read_checkpoint(root, display)
+    named = display if opts.output is None else opts.output  # what the fixes call the result: the --output as typed
     if ck.unreadable:
         first = next(f for f in ck.findings if f.code == "unreadable")
         raise CouldNotRun(f"{display}: {first.message}; nothing was written", fix=first.fix)
@@ -166,8 +168,8 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
             will = pending_recovery(target, ck, journal=journal) or "resumes its staging"
             back = pending_recovery(target, ck, abort=True, journal=journal)
             details.message = (f"an interrupted migrate waits ({pending.what(target, journal)}): clef-format "
-                               f"migrate {display} --to {journal.to_layout}: {will}; clef-format migrate "
-                               f"{display} --abort: {back}")
+                               f"migrate {quote_path(display)} --to {journal.to_layout}: {will}; clef-format migrate "
+                               f"{quote_path(display)} --abort: {back}")
         if holder is None and journal is None and (os.path.lexists(target.ws) or os.path.lexists(target.lock_path)):
             details.message = pending.litter_message(target, display)
         outputs = pending.outputs_beside(target.source) if target.in_place else []
@@ -198,7 +200,7 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
             except OSError as exc:
                 report.findings.append(error("migrate-failed", f"finishing the interrupted migration failed: "
                                                                f"{exc.strerror or exc}",
-                                             fix=f"clef-format migrate {display} --abort (or free the cause above "
+                                             fix=f"clef-format migrate {quote_path(display)} --abort (or free the cause above "
                                                  "and run it again)"))
                 return report.freeze("migrate")
             note = decided.note if decided else None
@@ -225,20 +227,21 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
                     raise MigrateRefused(f"{exc.strerror} (tree-too-deep): migrate carries no folder below that; "
                                          "nothing was written", "remove the deeply nested folders, then run "
                                          "migrate again") from None
-                ck = read_checkpoint(target.source)  # read after its state was taken: a change since is seen
+                # read after its state was taken: a change since is seen
+                ck = read_checkpoint(target.source, named if finished_output else display)
                 given = Given(journal=given.journal)  # surveyed and preflighted again, as a new source
-            _run_steps(ck, target, opts, report, display, progress, before, given)
+            _run_steps(ck, target, opts, report, display, progress, before, given, named)
             if finished_output and not details.steps and note:
                 details.message = (f"{note}: --output {target.path} holds the {report.layout} result; "
                                    f"{display} was only read")
         _say_cwd(cwd, target, report)
     except Refused as exc:  # a step's refusal may name no fix: the checkpoint itself is then what is wrong
-        report.findings.append(error(exc.code, exc.message, fix=exc.fix or f"clef-format verify {display} names what "
+        report.findings.append(error(exc.code, exc.message, fix=exc.fix or f"clef-format verify {quote_path(display)} names what "
                                      "is wrong with the checkpoint; repair or download it again, then migrate"))
     except OSError as exc:  # outside a step's own handling: say what failed and what to run
         where = f" ({exc.filename})" if exc.filename else ""
         report.findings.append(error("migrate-failed", f"migrate stopped: {exc.strerror or exc}{where}; any staged work "
-                                                       "is kept in its journal", fix=f"clef-format migrate {display} "
+                                                       "is kept in its journal", fix=f"clef-format migrate {quote_path(display)} "
                                                        f"--to {opts.to} (resumes or rolls back), or --abort"))
     return report.freeze("migrate")
 
@@ -289,8 +292,8 @@ def _refuse_another_source(target: Target, display: str, journal: Journal | None
         return
     raise MigrateRefused(f"an interrupted migrate from {journal.source} into --output {target.path} "
                          f"waits there, not one from {display}; nothing was changed",
-      f"clef-format migrate {journal.source} --to {journal.to_layout} --output {target.path} "
-      f"finishes it, or clef-format migrate {target.path} --abort rolls it back; then run this again")
+      f"clef-format migrate {quote_path(journal.source)} --to {journal.to_layout} --output {quote_path(target.path)} "
+      f"finishes it, or clef-format migrate {quote_path(target.path)} --abort rolls it back; then run this again")
 
 
 def _nothing_message(target: Target, opts: Options, display: str, recovered: bool = False) -> str:
@@ -340,16 +343,22 @@ def _say_cwd(cwd: str | None, target: Target, report: ReportDraft) -> None:
         os.chdir(target.path)
     report.findings.append(warning("workdir-replaced", f"your working directory was inside {target.path}, which "
                                                        "was replaced by the new tree: your shell still shows the old, "
-                                                       "deleted folder", fix=f"cd {cwd}"))
+                                                       "deleted folder", fix=f"cd {quote_path(cwd)}"))
 
 
 def _route(ck: Checkpoint, to: str) -> list[Any]:
     from clef_format import migrations
 
     route = migrations.path(str(ck.layout), to)
+    if route is None and ck.layout is Layout.ORIGINAL_RELEASE:  # verify finds nothing wrong with it: no verify advice
+        from clef_format.spec.compat import PLUGIN
+
+        raise MigrateRefused(f"no migration leads from {ck.layout} to {to}: the original BF16 release is served "
+                             f"with transformers, not {PLUGIN}, and no step makes a split build from it",
+                             "download a quantized split build of clef-flash")
     if route is None:
         raise MigrateRefused(f"no migration leads from {ck.layout} to {to}",
-          f"run clef-format verify {ck.root} and fix (or re-download) what it reports")
+          f"run clef-format verify {quote_path(ck.name)} and fix (or re-download) what it reports")
     return route
 
 
@@ -359,7 +368,7 @@ def _refuse_blocking(ck: Checkpoint, plan: Plan, display: str, edge: Any, dry_ru
     if blocking:
         summary = "; ".join(f"{f.code} ({f.message})" for f in blocking[:5])
         raise MigrateRefused(f"verify reports errors that {edge.revision} cannot fix: {summary}",
-          blocking[0].fix or f"run clef-format verify {display}")
+          blocking[0].fix or f"run clef-format verify {quote_path(display)}")
     deep = _deep_refusal(ck, edge, dry_run)
     if deep:
         raise deep
@@ -380,7 +389,7 @@ def _refuse_unproven_replacements(ck: Checkpoint, plan: Plan, display: str, edge
     if broken:  # it could not be checked against, and would be left describing the files replaced
         raise MigrateRefused(f"{MANIFEST_NAME} cannot be used ({broken[0].message}): the files migrate "
                              "replaces cannot be checked against it; nothing was changed",
-          f"restore {MANIFEST_NAME} from the download, or remove it (clef-format manifest {display} "
+          f"restore {MANIFEST_NAME} from the download, or remove it (clef-format manifest {quote_path(display)} "
           "writes a new one), then run clef-format migrate again")
     replaced = {o.rel for o in plan.outputs if o.rel in ck.files} | set(plan.removed)
     checked = replaced | (set(ck.files) if every_file else set())
@@ -393,7 +402,7 @@ def _refuse_unproven_replacements(ck: Checkpoint, plan: Plan, display: str, edge
                 f"copy {bad[0].file} to an output that keeps no record of the download")
         raise Refused("hash-mismatch", f"{bad[0].message}: {edge.revision} would {what}, so nothing could find the "
                                        "damage later; nothing was changed",
-                      f"re-download {bad[0].file} (clef-format verify --deep {display} lists every file that fails)")
+                      f"re-download {bad[0].file} (clef-format verify --deep {quote_path(display)} lists every file that fails)")
 
 
 def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft) -> ReportDraft:
@@ -435,10 +444,13 @@ def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft)
 
 
 def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft, display: str,
-               progress: Progress | None, before: TreeState | None = None, given: Given | None = None) -> None:
-    details = _details(report)
+               progress: Progress | None, before: TreeState | None = None, given: Given | None = None,
+               named: str | None = None) -> None:
     """Run the route step by step. The last step's verify of its staged tree is the final report (the
-    swap is a rename: the same bytes); only when no step ran is the result (the source) verified here."""
+    swap is a rename: the same bytes); only when no step ran is the result (the source) verified here.
+    ``named``: what the final report's fixes call the result (the ``--output`` as typed, else ``display``)."""
+    details = _details(report)
+    named = named or display
     from clef_format.verify.run import verify_checkpoint
 
     given = given or Given()
@@ -462,9 +474,10 @@ def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraf
         planned = plan.to_dict(by_link)
         try:
             result = run_plan(plan, ck, target, progress, before=before, entries=given.entries,
-                              journal=given.journal, display=display)
+                              journal=given.journal, display=display, name=named)
         except SourceChanged as exc:
-            redo = f"clef-format migrate {display} --to {opts.to}" + (f" --output {opts.output}" if opts.output else "")
+            redo = f"clef-format migrate {quote_path(display)} --to {opts.to}" + (
+                f" --output {quote_path(opts.output)}" if opts.output else "")
             raise MigrateRefused(f"{exc.message}; {plan.revision} {plan.direction} did not run",
                                  f"{redo} redoes it on the new content (once nothing else writes the checkpoint)"
                                  ) from None
@@ -474,7 +487,7 @@ def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraf
             return
         except CleanupIncomplete as exc:
             report.findings.append(error("migrate-failed", str(exc.strerror),
-                                         fix=f"clef-format migrate {display} --to {opts.to}"))
+                                         fix=f"clef-format migrate {quote_path(display)} --to {opts.to}"))
             return
         except SwapFailed as exc:
             report.findings.append(error("migrate-failed", f"{plan.revision} {plan.direction}: {exc.strerror}",
@@ -501,11 +514,11 @@ def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraf
             before = snapshot(target.path)
         except OSError:
             before = None
-        ck = read_checkpoint(target.path)
+        ck = read_checkpoint(target.path, named)
         route = _route(ck, opts.to)
     done = target.path if details.steps else target.source  # no step ran: the source is the result
     if final is None or not details.steps:
-        final = verify_checkpoint(read_checkpoint(done), display)
+        final = verify_checkpoint(read_checkpoint(done, named if details.steps else ck.name), display)
     report.layout = final.layout
     report.findings.extend(final.findings)
     details.result = done

@@ -176,6 +176,15 @@ def make_target(source: str, output: str | None) -> Target:
 
 # ---- lock ----------------------------------------------------------------------------------
 
+class LockHeld(MigrateRefused):
+    """Another migrate holds the lock now: the refusal of ``Lock`` that waiting ends."""
+
+
+class LockUnmade(MigrateRefused):
+    """The lock cannot be made or taken in that folder at all (read-only, no such folder, no flock): the
+    refusal of ``Lock`` that only another place ends. ``manifest_writer.writer_lock`` gives each its own fix."""
+
+
 class Lock:
     """An exclusive, non-blocking flock on the target's lock file; refused when another run holds it."""
 
@@ -200,20 +209,20 @@ class Lock:
             foreign = foreign_lock(path)
             if foreign:
                 raise MigrateRefused(f"cannot take the lock {path}: {foreign}; nothing was written",
-                  f"move {path} away (it may be your data), then run clef-format migrate again")
+                  f"move {path} away (it may be your data), then run the command again")
             try:  # never through a symlink, even one put there since the check above
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.EISDIR):
                     continue  # replaced between the check and the open: the check says what it is now
-                raise MigrateRefused(f"cannot create the lock {path}: {exc.strerror}",
+                raise LockUnmade(f"cannot create the lock {path}: {exc.strerror}",
                   "the directory (or its parent) is read-only: use --output DIR on a writable disk") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:
                 if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                     os.close(fd)
-                    raise MigrateRefused(f"cannot take the lock {path}: {exc.strerror}; nothing was written",
+                    raise LockUnmade(f"cannot take the lock {path}: {exc.strerror}; nothing was written",
                       "run it again; if it persists, the filesystem does not support flock: "
                       "use --output DIR on a local disk") from None
                 try:
@@ -221,7 +230,7 @@ class Lock:
                 except OSError:
                     holder = "?"
                 os.close(fd)
-                raise MigrateRefused(f"another clef-format migrate (pid {holder}) is working on {self.target.path}",
+                raise LockHeld(f"another clef-format migrate (pid {holder}) is working on {self.target.path}",
                                      "wait for it to finish; a killed run's lock is released by the kernel") from None
             try:
                 try:

@@ -42,10 +42,14 @@ class Checkpoint:
     """Everything verify knows about a checkpoint after reading its structure.
 
     ``root`` is a plain string path (``pathlib`` stays off the fast path); ``path(rel)`` joins.
+    ``name`` is what a printed command calls the checkpoint (``shell.quote_path`` quotes it): the PATH
+    the user gave (a folder as typed, or ``org/name[@revision]``), or for a tree migrate staged the folder
+    it becomes (the ``--output`` as typed, or the source); ``root`` when nothing else was given.
     """
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, name: str | None = None) -> None:
         self.root = root
+        self.name = root if name is None else name
         self.hf_snapshot = False
         self.files: dict[str, int] = {}  # readable regular files: rel path -> size
         self.headers: dict[str, Header] = {}  # valid safetensors headers
@@ -415,9 +419,10 @@ def _marker_present(head_config: Any) -> bool:
     return isinstance(head_config, dict) and L.MARKER_KEY in head_config
 
 
-def read_checkpoint(root: str | os.PathLike[str]) -> Checkpoint:
-    """Read files, configs and headers once; detect the layout. Never raises on bad content."""
-    ck = Checkpoint(os.fspath(root))
+def read_checkpoint(root: str | os.PathLike[str], name: str | None = None) -> Checkpoint:
+    """Read files, configs and headers once; detect the layout. Never raises on bad content.
+    ``name``: what printed commands call it (``Checkpoint.name``; default ``root``)."""
+    ck = Checkpoint(os.fspath(root), name)
     ck.hf_snapshot = is_hf_snapshot(ck.root)
     _scan_files(ck)
     _read_headers(ck)
@@ -470,4 +475,5 @@ def open_checkpoint(source: str | os.PathLike[str] | Checkpoint) -> Checkpoint:
         return source
     from clef_format.read.hf_cache import locate_checkpoint
 
-    return read_checkpoint(locate_checkpoint(os.fspath(source)))
+    name = os.fspath(source)
+    return read_checkpoint(locate_checkpoint(name), name)

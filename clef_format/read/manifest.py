@@ -22,6 +22,7 @@ from clef_format.read.checkpoint import (
     MAX_JSON_BYTES, Checkpoint, DuplicateKey, duplicate_key_message, loads_unique, safe_member,
 )
 from clef_format.spec.findings import Finding, error
+from clef_format.shell import quote_path
 
 MANIFEST_NAME = "clef_manifest.json"
 MANIFEST_VERSION = 1
@@ -58,7 +59,7 @@ def read_manifest(ck: Checkpoint) -> tuple[dict[str, ManifestEntry] | None, list
     """
     if MANIFEST_NAME not in ck.files:
         return None, []
-    fix = f"re-create it with `clef-format manifest {ck.root}` from a known-good copy"
+    fix = f"re-create it with `clef-format manifest {quote_path(ck.name)}` from a known-good copy"
     size = ck.files[MANIFEST_NAME]
     if size > MAX_JSON_BYTES:
         return None, [error("bad-config", f"{MANIFEST_NAME} is {size} bytes, over the {MAX_JSON_BYTES} limit; not read",

@@ -23,6 +23,7 @@ from packaging.specifiers import Specifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from clef_format.errors import IncompatibleError
+from clef_format.shell import quote, quote_path
 from clef_format.spec.layouts import HEAD_CONFIG, MARKER_KEY, MARKER_VALUE, Layout, migrate_command
 from clef_format.spec.marker import admits
 
@@ -183,7 +184,7 @@ def check_pair(layout: Layout, marker: SpecifierSet | None, plugin_version: str,
             "download a quantized split build of clef-flash")
     if layout is Layout.UNKNOWN:
         raise IncompatibleError("unknown-layout", "the files match no Clef layout",
-                                f"run clef-format verify {path} and re-download what it reports")
+                                f"run clef-format verify {quote_path(path)} and re-download what it reports")
     own = served_layout(plugin_version)
     if own is None:
         raise IncompatibleError(
@@ -209,14 +210,14 @@ def check_pair(layout: Layout, marker: SpecifierSet | None, plugin_version: str,
             "plugin-incompatible",
             f"layout-2 (int8 tables) is served only by {PLUGIN}>=0.2.0 (here: {spec}); "
             f"{PLUGIN} {version} reads BF16 tables from the backbone",
-            f"install the plugin shipped with the checkpoint (pip install '{PLUGIN}{spec}'), "
+            f"install the plugin shipped with the checkpoint (pip install {quote(f'{PLUGIN}{spec}')}), "
             f"or for {PLUGIN} 0.1.x: {migrate_command(path, Layout.LAYOUT_1, snapshot)}")
     if not admits(spec, version):
         raise IncompatibleError(
             "plugin-incompatible",
             f"these weights require {PLUGIN}{spec}; {PLUGIN} {version} cannot serve them"
             + (" (a pre-release sorts before its release under PEP 440)" if version.is_prerelease else ""),
-            f"install the plugin shipped with the checkpoint (pip install '{PLUGIN}{spec}')")
+            f"install the plugin shipped with the checkpoint (pip install {quote(f'{PLUGIN}{spec}')})")
 
 
 def expects_int8_tables(plugin_version: str) -> bool:

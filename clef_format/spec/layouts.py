@@ -130,9 +130,12 @@ def required_files(layout: Layout) -> tuple[str, ...]:
 
 
 def migrate_command(path: str, to: str, snapshot: bool = False) -> str:
-    """The command that moves ``path`` to layout ``to`` (a cache snapshot is never written: ``--output``)."""
+    """The command that moves ``path`` to layout ``to`` (a cache snapshot is never written: ``--output``),
+    ``path`` quoted for the shell (``shell.quote_path``)."""
+    from clef_format.shell import quote_path
+
     out = " --output DIR" if snapshot else ""
-    return f"clef-format migrate {path} --to {to}{out}"
+    return f"clef-format migrate {quote_path(path)} --to {to}{out}"
 
 
 def head_files(layout: Layout) -> tuple[str, str]:

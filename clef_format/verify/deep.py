@@ -28,6 +28,7 @@ from clef_format.read.hashing import (
 from clef_format.read.hf_cache import etag_digest, local_dir_etag, local_dir_metadata, snapshot_blob
 from clef_format.read.manifest import ALGORITHM as MANIFEST_ALGORITHM
 from clef_format.read.manifest import MANIFEST_NAME, read_manifest
+from clef_format.shell import quote, quote_path
 from clef_format.spec import layouts as L
 from clef_format.spec import tables_format as TF
 from clef_format.spec.findings import Finding, error, info, warning
@@ -124,9 +125,7 @@ def remanifest(ck: Checkpoint) -> str:
     """The command that records the files as they are now over the present manifest (which manifest
     refuses to overwrite with files that differ from it, unless forced or they match their download
     metadata), with the checkpoint's real path."""
-    import shlex
-
-    return f"re-run `clef-format manifest {shlex.quote(os.path.abspath(ck.root))} --force`"
+    return f"re-run `clef-format manifest {quote_path(os.path.abspath(ck.root))} --force`"
 
 
 def _snapshot_repo(ck: Checkpoint) -> tuple[str, str]:
@@ -141,10 +140,12 @@ def unchecked_fix(ck: Checkpoint) -> str:
     """How files with nothing to be checked against get a reference."""
     if ck.hf_snapshot:  # clef-format never writes into a cache: manifest refuses there
         repo, revision = _snapshot_repo(ck)
+        repo, revision = quote(repo), quote(revision)
         return (f"re-download the snapshot (`hf download {repo} --revision {revision} --force-download`: files in a "
                 "cache snapshot should be symlinks to blobs/<etag>), or copy it out (`hf download "
                 f"{repo} --revision {revision} --local-dir DIR`, whose metadata the gate checks)")
-    return f"clef-format manifest {ck.root}  (records BLAKE3 digests that later --deep runs and the serving gate check)"
+    return (f"clef-format manifest {quote_path(ck.name)}  (records BLAKE3 digests that later --deep runs and the "
+            "serving gate check)")
 
 
 def _unchecked_findings(ck: Checkpoint, unchecked: list[str], checked: int) -> list[Finding]:
@@ -179,7 +180,7 @@ def refetch_fix(ck: Checkpoint, rel: str, ref: Reference) -> str:
                 f"if the change was intended, {remanifest(ck)}")
     if ck.hf_snapshot:
         repo, revision = _snapshot_repo(ck)
-        return (f"re-download it: `hf download {repo} {rel} --revision {revision} --force-download` "
+        return (f"re-download it: `hf download {quote(repo)} {quote(rel)} --revision {quote(revision)} --force-download` "
                 "(the cache's blob is not the file its name says)")
     return _local_dir_refetch(ck, rel)
 
@@ -187,8 +188,8 @@ def refetch_fix(ck: Checkpoint, rel: str, ref: Reference) -> str:
 def _local_dir_refetch(ck: Checkpoint, rel: str) -> str:
     """The re-download of one file of a ``hf download --local-dir`` folder. Its metadata records the commit
     and etag, not the repo id, so the command names the repo as ORG/NAME and says so."""
-    return (f"re-download it: `hf download ORG/NAME {rel} --local-dir {ck.root} --force-download`, where ORG/NAME "
-            "is the repo it was downloaded from (the folder's download metadata does not record it)")
+    return (f"re-download it: `hf download ORG/NAME {quote(rel)} --local-dir {quote_path(ck.name)} --force-download`, "
+            "where ORG/NAME is the repo it was downloaded from (the folder's download metadata does not record it)")
 
 
 def _hash_findings(ck: Checkpoint, refs: dict[str, Reference],

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from clef_format.read.installed_plugin import InstalledPlugin
 
 from clef_format.records import Record
+from clef_format.shell import quote_path
 from clef_format.spec.layouts import PLUGIN_DIR
 from clef_format.spec.findings import Finding, error, warning
 
@@ -65,8 +66,9 @@ def _valid(version: str) -> bool:
 
 
 def plugin_dir_of(ck: Checkpoint, path: str) -> str:
-    """How the user names the bundled plugin folder in ``pip install`` (the snapshot's real folder in a cache)."""
-    return os.path.join(ck.root if ck.hf_snapshot else path, PLUGIN_DIR)
+    """How the user names the bundled plugin folder in ``pip install`` (the snapshot's real folder in a cache),
+    quoted for the shell (``shell.quote_path``)."""
+    return quote_path(os.path.join(ck.root if ck.hf_snapshot else path, PLUGIN_DIR))
 
 
 class PluginRow(Record):
@@ -103,7 +105,7 @@ def bundled_findings(ck: Checkpoint, path: str) -> tuple[list[Finding], list[Plu
         return [warning("bundled-plugin-unread", f"the version of the plugin shipped in {PLUGIN_DIR}/ could not be "
                         f"read: {note}; whether it can serve these weights is not known", file=plugin.where.split(" ")[0],
                         fix=f"check the version pip reports after pip install {plugin_dir_of(ck, path)} "
-                            f"(clef-format verify {path} then checks the installed one)")], [row]
+                            f"(clef-format verify {quote_path(path)} then checks the installed one)")], [row]
     problem = _pair(ck, plugin.version, path)
     row = row._replace(can_serve=problem is None)
     if problem is None or problem[0] != "plugin-incompatible":

@@ -100,6 +100,17 @@ def layers_of(ck: Checkpoint, vllm: VllmBuild | None) -> LayersView | None:
     return view_of(ck.model, vllm, int8_tables=ck.has(TABLES))
 
 
+def read_after(ck: Checkpoint, findings: list[Finding]) -> list[Finding]:
+    """A file that could not be read in full after the structure read succeeded (cut, rewritten, made
+    unreadable while the checks or ``--deep`` read it): as when the structure read fails, only the reading
+    findings stand, the reader's and the ``unreadable`` ones: what the checks said besides came from
+    files not (or no longer) seen as they are, and would contradict them ("scales were still decoded")."""
+    late = [f for f in findings[len(ck.findings):] if f.code == "unreadable"]
+    if not late:
+        return findings
+    return list(ck.findings) + list({(f.file, f.message): f for f in late}.values())
+
+
 def verify_checkpoint(ck: Checkpoint, display_path: str, options: VerifyOptions | None = None, *,
                       progress: Progress | None = None, bundled: bool = False,
                       installed: InstalledPlugin | None = None, plugin_version: str | None = None,
@@ -131,10 +142,11 @@ def verify_checkpoint(ck: Checkpoint, display_path: str, options: VerifyOptions 
         vllm = build_vllm(ck.model, options.rules) if ck.model is not None else None
         for check in CHECKS:
             findings.extend(check(ck, options, vllm))
-        found, plugin_rows = _plugins(ck, display_path, options.plugin_version, bundled, installed)
+        found, plugin_rows = _plugins(ck, ck.name, options.plugin_version, bundled, installed)
         findings += found
         if running is not None:
             findings.extend(running.finish())
+        findings = read_after(ck, findings)
     view = None
     if options.layers and not any(f.code in COULD_NOT_RUN for f in findings):
         if vllm is None and ck.model is not None:  # checks skipped (the layout unread): the view stands on config.json

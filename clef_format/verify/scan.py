@@ -141,7 +141,7 @@ def judge(copy: Copy, deep: bool = False, installed: InstalledPlugin | None = No
         report = _unreadable_report(copy)
     else:
         try:
-            ck = read_checkpoint(copy.path)
+            ck = read_checkpoint(copy.path, copy.display)  # its fixes name it as verify of WHERE does
             report = verify_checkpoint(ck, copy.display, VerifyOptions(deep=deep), bundled=True, installed=installed)
             serves = servable_by(ck.layout, ck.head_config)
         except CouldNotRun as exc:

@@ -24,6 +24,7 @@ import os
 from typing import TYPE_CHECKING, Callable, Optional, Union
 
 from clef_format.errors import IncompatibleError
+from clef_format.shell import quote_path
 from clef_format.spec.compat import check_pair, marker_fix, plugin_version_argument
 from clef_format.spec.findings import error
 from clef_format.spec.layouts import TABLES, Layout
@@ -114,7 +115,7 @@ def check_checkpoint(source: CheckpointSource, plugin_version: str, vllm_version
     if reading:  # what could not (or must never) be read comes first: the layout and marker checks would guess
         first = reading[0]
         raise IncompatibleError(first.code, first.message + _more(reading), first.fix or "make the checkpoint readable", reading)
-    path = str(ck.root)
+    path = ck.name  # what the printed commands call it: the checkpoint as the caller named it
     rules = vllm_version or running_vllm()  # whose matching rules verify's pattern check follows
     content = content_check(ck, hashing, check_references)  # hashing starts now, on every core
     refused: IncompatibleError | None = None
@@ -130,7 +131,7 @@ def check_checkpoint(source: CheckpointSource, plugin_version: str, vllm_version
     if errors:
         first = errors[0]
         raise IncompatibleError(first.code, first.message + _more(errors),
-                                first.fix or f"run clef-format verify {path} and fix what it reports", errors)
+                                first.fix or f"run clef-format verify {quote_path(path)} and fix what it reports", errors)
     return ck
 
 
@@ -178,7 +179,7 @@ def _check_errors(ck: "Checkpoint", plugin_version: str, content: "ContentCheck 
     from clef_format.verify.run import verify_checkpoint
     from clef_format.vllm.content import checkpoint_key, proven, remember
 
-    path, snapshot = str(ck.root), ck.hf_snapshot
+    path, snapshot = ck.name, ck.hf_snapshot
     if not ck.layout_unread:  # else no layout is known: verify's checks below give the reading finding
         try:
             marker = read_marker(ck.head_config) if isinstance(ck.head_config, dict) else None

@@ -47,6 +47,9 @@ def _stream(kind: str) -> tuple[int | None, list[int]]:
         master, slave = pty.openpty()
         os.close(master)
         return slave, [slave]
+    if kind == "read-only":  # a descriptor open for reading only (1<&0): every write is EBADF
+        fd = os.open(os.devnull, os.O_RDONLY)
+        return fd, [fd]
     if kind == "gone-reader":  # a pipe whose reader left before anything was written
         r, w = os.pipe()
         os.close(r)
@@ -120,6 +123,31 @@ def test_stdout_unwritable_is_exit_2_with_one_line_on_stderr(ck: Path, kind: str
         assert rc == 2, (argv, kind, err)
         lines = err.splitlines()
         assert len(lines) == 1 and lines[0].startswith("clef-format: unwritable: cannot write to stdout"), (argv, err)
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("kind", ["closed", "read-only"])
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_a_writer_with_no_stdout_is_refused_before_it_changes_anything(ck: Path, tmp_path: Path, kind: str,
+                                                                      as_json: bool) -> None:
+    """``clef-format migrate ... >&-``: its report could never be printed, so migrate, manifest and example
+    refuse up front (exit 2, one line on stderr saying so) instead of writing and then failing to say what
+    they did."""
+    src = tmp_path / "src"
+    shutil.copytree(ck, src)
+    before = _files(tmp_path)
+    for argv in (["migrate", str(src), "--to", "layout-2"], ["migrate", str(src), "--to", "layout-2", "--output",
+                                                              str(tmp_path / "out")],
+                 ["manifest", str(src)], ["example", str(tmp_path / "ex")]):
+        rc, _, err = _run([*argv, *(["--json"] if as_json else [])], stdout=kind)
+        assert rc == 2, (argv, err)
+        lines = err.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("clef-format: unwritable: cannot write to stdout"), (argv, err)
+        assert "refused before changing anything" in lines[0], err
+        assert _files(tmp_path) == before and sorted(p.name for p in tmp_path.iterdir()) == ["src"], argv
 
 
 @pytest.mark.parametrize("kind", ["full", "eio", "closed"])

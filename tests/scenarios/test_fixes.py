@@ -14,7 +14,7 @@ from clef_format.verify.run import verify
 from tests.verify.test_config_rules import CASES as CONFIG_CASES
 from tests.verify.test_config_rules import apply_set_fix, broken, findings_for
 
-COMMAND = re.compile(r"clef-format (migrate) (\S+) --to ([\w-]+)")
+COMMAND = re.compile(r"clef-format (migrate) (?![A-Z]+ )(\S+) --to ([\w-]+)")  # a placeholder (COPY) is guidance
 
 
 def _run_fix(fix: str, capsys) -> int:

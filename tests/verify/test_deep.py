@@ -335,3 +335,23 @@ def test_a_file_cut_during_deep_is_one_unreadable_finding_with_its_fix(fresh, la
     hits = [f for f in findings if f.file == rel]
     assert [(f.code, f.fix) for f in hits] == [("unreadable", CHANGED_FIX)], findings
     assert all(f.fix for f in findings if f.severity in ("error", "warning")), findings
+
+
+@pytest.mark.parametrize("layout, rel", [("layout-1", "model.safetensors"),
+                                         ("layout-2", "clef_head/tables_int8.safetensors")])
+def test_verify_of_a_file_cut_after_the_structure_read_keeps_only_the_reading_findings(fresh, layout: str,
+                                                                                        rel: str) -> None:
+    """The structure read succeeded, then a file was cut before ``--deep`` read it: as when the structure
+    read fails, the report is the reader's findings and the ``unreadable`` one (exit 2), not also the
+    checks' verdicts beside it ("nothing to check against ... scales were still decoded", legacy-layout)."""
+    from clef_format.read.safetensors import read_header
+    from clef_format.verify.deep import CHANGED_FIX
+    from clef_format.verify.options import VerifyOptions
+    from clef_format.verify.run import verify_checkpoint
+
+    root = fresh(layout)
+    ck = read_checkpoint(str(root))
+    os.truncate(root / rel, read_header(root / rel).data_start + 3)
+    report = verify_checkpoint(ck, str(root), VerifyOptions(deep=True), bundled=True)
+    assert [(f.code, f.file, f.fix) for f in report.findings] == [("unreadable", rel, CHANGED_FIX)], report.findings
+    assert report.could_not_run

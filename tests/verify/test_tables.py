@@ -17,7 +17,8 @@ from clef_format.verify.checks import tables
 from clef_format.verify.checks.tables import check_tables
 from tests.support.hostile_cases import edit_header
 
-FIX = "re-download clef_head/tables_int8.safetensors, or re-create it with clef-format migrate from a layout-1 copy"
+FIX = ("re-download clef_head/tables_int8.safetensors, or re-create it from a layout-1 copy of the same revision: "
+       "clef-format migrate COPY --to layout-2")
 LM_SCALE = "lm_head.weight_scale"
 
 
@@ -42,7 +43,8 @@ def test_a_renamed_scale_is_one_missing_and_one_undefined_tensor(fresh) -> None:
         {"code": "tables-metadata", "severity": "warning",
          "message": f"{L.TABLES}: metadata 'digests' records 1 tensor(s) the file does not hold ({LM_SCALE}): a "
                     "tensor renamed or dropped after the digests were written (provenance only: no loader reads it)",
-         "file": L.TABLES, "fix": "nothing to do to serve; re-create the file with clef-format migrate to record it"}]
+         "file": L.TABLES, "fix": "nothing to do to serve: no loader reads it (the tables file a migration "
+                                        "from a layout-1 copy writes records it)"}]
 
 
 def test_a_scale_of_another_shape_names_both_shapes_and_the_config_sizes(fresh) -> None:
@@ -72,7 +74,8 @@ def test_quality_metadata_of_other_tables_than_the_files_is_a_metadata_note(fres
          "message": f"{L.TABLES}: metadata 'quality' describes ['lm_head.weight'], expected the tables "
                     "['lm_head.weight', 'model.language_model.embed_tokens.weight'] (provenance only: no loader "
                     "reads it)",
-         "file": L.TABLES, "fix": "nothing to do to serve; re-create the file with clef-format migrate to record it"}]
+         "file": L.TABLES, "fix": "nothing to do to serve: no loader reads it (the tables file a migration "
+                                        "from a layout-1 copy writes records it)"}]
 
 
 def _f32_file(path: Path, values: list[float]) -> int:

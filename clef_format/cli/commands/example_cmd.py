@@ -33,6 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from clef_format.cli.output import require_stdout
+
+    require_stdout("example")  # before anything is written: its report could never be printed
     if os.path.exists(args.path) and (not os.path.isdir(args.path) or os.listdir(args.path)):
         raise UsageError(f"{args.path} exists and is not an empty directory", fix="pick a new directory")
     from clef_format.cli.output import finish
@@ -49,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
                                            "never writes", fix="pick a directory outside the cache")
         return finish(make_report("example", args.path, None, [refusal], ExampleDetails(None)), args.json, render_example)
     try:
-        with writer_lock(args.path, "example-refused", "wait for it to finish, or pick another directory"):
+        with writer_lock(args.path, "example-refused", "wait for it to finish, or pick another directory",
+                         "pick a new directory on a disk you can write"):
             build_checkpoint(args.path, layout=args.layout, build=args.build, full_size=args.full_size)
     except Refused as exc:
         refusal = error("example-refused", exc.message, fix=exc.fix)

@@ -17,7 +17,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from clef_format.cli.output import finish
+    from clef_format.cli.output import finish, require_stdout
+
+    require_stdout("manifest")  # before anything is written: its report could never be printed
     from clef_format.cli.progress import TerminalProgress
     from clef_format.cli.render import render_manifest
     from clef_format.migrate.manifest_writer import make_manifest

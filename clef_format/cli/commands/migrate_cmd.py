@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 from clef_format.errors import UsageError
+from clef_format.shell import quote_path
 from clef_format.spec.layouts import Layout
 
 TARGETS = (Layout.LAYOUT_1.value, Layout.LAYOUT_2.value)
@@ -27,8 +28,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from clef_format.cli.output import finish
+    from clef_format.cli.output import finish, require_stdout
     from clef_format.cli.render import render_history, render_migrate
+
+    require_stdout("migrate")  # before anything is written: its report could never be printed
 
     if args.history:
         given = [flag for flag, on in (("PATH", args.path), ("--current", args.current), ("--to", args.to),
@@ -36,8 +39,9 @@ def run(args: argparse.Namespace) -> int:
                  if on]
         if given:
             raise UsageError(f"--history prints the chain of migration steps, it takes no {', '.join(given)}",
-                             fix="clef-format migrate --history" + (f"; clef-format migrate {args.path} --current shows "
-                                                                     f"where {args.path} is" if args.path else ""))
+                             fix="clef-format migrate --history" + (
+                                 f"; clef-format migrate {quote_path(args.path)} --current shows where {args.path} is"
+                                 if args.path else ""))
         from clef_format import migrations
         from clef_format.report import make_report
 
@@ -47,20 +51,21 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("migrate needs PATH (or --history)", fix="clef-format migrate PATH --to layout-2")
     if args.abort and (args.current or args.to is not None):
         other = "--current" if args.current else f"--to {args.to}"
-        fix = (f"clef-format migrate {args.path} --current shows the interrupted run; --abort alone rolls it back"
-               if args.current else f"clef-format migrate {args.path} --abort, then clef-format migrate {args.path} "
+        named = quote_path(args.path)
+        fix = (f"clef-format migrate {named} --current shows the interrupted run; --abort alone rolls it back"
+               if args.current else f"clef-format migrate {named} --abort, then clef-format migrate {named} "
                                     f"--to {args.to}; or drop --abort to resume the interrupted run")
         why = "--current only reports, --abort rolls back" if args.current else \
             "--abort only rolls back an interrupted run, it migrates nowhere"
         raise UsageError(f"--abort and {other} contradict each other: {why}", fix=fix)
     if args.current and args.output is not None:
         raise UsageError(f"--current reports on PATH only, it takes no --output {args.output}",
-                         fix=f"clef-format migrate {args.output} --current shows an interrupted run into it; "
-                             f"clef-format migrate {args.path} --current shows {args.path}")
+                         fix=f"clef-format migrate {quote_path(args.output)} --current shows an interrupted run into it; "
+                             f"clef-format migrate {quote_path(args.path)} --current shows {args.path}")
     if args.current and args.to is not None:
         raise UsageError(f"--current and --to {args.to} contradict each other: --current only reports the layout, "
-                         "--to migrates", fix=f"clef-format migrate {args.path} --current, then clef-format migrate "
-                                              f"{args.path} --to {args.to}")
+                         "--to migrates", fix=f"clef-format migrate {quote_path(args.path)} --current, then clef-format migrate "
+                                              f"{quote_path(args.path)} --to {args.to}")
     from clef_format.cli.progress import TerminalProgress
     from clef_format.migrate.session import Options, migrate_path
 
@@ -88,20 +93,23 @@ def interrupted_fix(path: str | None, args_in: list[str]) -> str:
     from clef_format.migrate.pending import interrupted_at, resume_fix
 
     output = _flag_value(args_in, "--output")
+    named = quote_path(path) if path is not None else "PATH"  # as a command line takes it
     target = output if output is not None else path
     found = interrupted_at(target) if target is not None else None
     if found is None:
         if output is not None:
             return f"nothing of the interrupted run is left and {path} is unchanged: run the command again"
-        return (f"nothing of the interrupted run is left: clef-format migrate {path} --current shows the layout "
-                f"{path} is at; run the command again if it is not the one you asked for")
+        return (f"nothing of the interrupted run is left: clef-format migrate {named} --current shows the "
+                f"layout {path} is at; run the command again if it is not the one you asked for")
     if output is None and found[1] is None:  # killed before its journal was written, or after the cleanup removed it
-        return (f"clef-format migrate {path} --abort removes what the run left (nothing in it is needed); then "
-                f"clef-format migrate {path} --current shows the layout {path} is at")
+        return (f"clef-format migrate {named} --abort removes what the run left (nothing in it is needed); "
+                "then "
+                f"clef-format migrate {named} --current shows the layout {path} is at")
     if output is None:
         from clef_format.migrate.recovery import can_roll_back
 
         if not can_roll_back(found[0]):  # its cleanup had begun removing the original: only finishing is left
-            return f"clef-format migrate {path} finishes the interrupted run (its cleanup had begun: it cannot be rolled back)"
-        return f"clef-format migrate {path} resumes the interrupted run; add --abort to roll it back instead"
+            return (f"clef-format migrate {named} finishes the interrupted run (its cleanup had begun: it "
+                    "cannot be rolled back)")
+        return f"clef-format migrate {named} resumes the interrupted run; add --abort to roll it back instead"
     return resume_fix(found[0], found[1], output)

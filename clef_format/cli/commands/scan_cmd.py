@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
+
+from clef_format.shell import quote_path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -72,23 +73,24 @@ def run(args: argparse.Namespace) -> int:
 
     if args.into is not None and not args.fixable:
         raise UsageError("--into is used only with --fixable", fix="add --fixable, or drop --into")
-    if args.into is not None and not os.path.isdir(args.into):
-        raise UsageError(f"--into {args.into}: no such folder (the printed commands would fail)",
-                         fix=f"mkdir -p {shlex.quote(args.into)}, or give an existing folder")
     if args.into is not None:
         from clef_format.read.hf_cache import in_hf_cache
 
-        if in_hf_cache(args.into):  # the one cache-boundary rule migrate refuses --output by
+        # the one cache-boundary rule migrate refuses --output by, where the path really leads; before the
+        # folder's existence: a mkdir there would be a write into the cache
+        if in_hf_cache(args.into):
             raise UsageError(f"--into {args.into} lies inside a Hugging Face cache, which clef-format never writes "
-                             "to: every printed migrate command would be refused",
-                             fix="give a folder outside the cache, e.g. --into ~/clef-models")
+                             "to: every printed migrate command would be refused", fix=into_fix(args))
+        if not os.path.isdir(args.into):
+            raise UsageError(f"--into {args.into}: no such folder (the printed commands would fail)",
+                             fix=f"mkdir -p {quote_path(args.into)}, or give an existing folder")
     from clef_format.read.installed_plugin import installed_here
 
     walk = _walk(args.roots)
     with TerminalProgress() as progress:
         rows = scan(walk, deep=args.deep, progress=progress, workers=args.jobs, installed=installed_here())
     if args.fixable and args.into is None:
-        _refuse_a_cached_current_folder(rows)
+        _refuse_a_cached_current_folder(rows, args)
     # --json --fixable: the commands as one more key
     commands = fix_commands(rows, args.into or os.getcwd()) if args.fixable and args.json else None
     report = scan_report(args.roots, rows, walk.limits, commands)
@@ -109,7 +111,22 @@ def run(args: argparse.Namespace) -> int:
     return finish(report, args.json, human)
 
 
-def _refuse_a_cached_current_folder(rows: list[Row]) -> None:
+def into_fix(args: argparse.Namespace) -> str:
+    """The fix of an --into (or a current folder) inside a Hugging Face cache: the same scan into a folder
+    outside it (``~/clef-models``, made first), as one command; when that folder too leads into a cache
+    (a cache configured in the home folder, or a link), only the advice."""
+    from clef_format.read.hf_cache import in_hf_cache
+
+    into = os.path.join(os.path.expanduser("~"), "clef-models")
+    if in_hf_cache(into):
+        return "give an existing folder outside every Hugging Face cache with --into"
+    words = ["clef-format", "scan", *(quote_path(root) for root in args.roots)]
+    words += ["--deep"] * bool(args.deep) + ["--json"] * bool(args.json)
+    words += [f"--jobs {args.jobs}"] if args.jobs else []
+    return f"mkdir -p {quote_path(into)} && {' '.join(words)} --fixable --into {quote_path(into)}"
+
+
+def _refuse_a_cached_current_folder(rows: list[Row], args: argparse.Namespace) -> None:
     """Without --into, migrated copies of cached snapshots go to the current folder: when it lies inside a
     Hugging Face cache and some printed command would write there, refuse (every such command would be
     refused). Copies fixed in place (folders outside the cache) never write to it: then nothing to refuse."""
@@ -121,7 +138,7 @@ def _refuse_a_cached_current_folder(rows: list[Row]) -> None:
         raise UsageError(f"the current folder ({here}), where --fixable puts migrated copies of cached snapshots "
                          "without --into, lies inside a Hugging Face cache, which clef-format never writes to: "
                          "every printed migrate command for them would be refused",
-                         fix="give a folder outside the cache, e.g. --into ~/clef-models")
+                         fix=into_fix(args))
 
 
 def scan_report(roots: list[str], rows: list[Row], limits: tuple[str, ...],
@@ -160,10 +177,10 @@ def fix_commands(rows: list[Row], into: str) -> list[dict[str, str]]:
         to = re.search(r" --to (\S+)", row.fix) if row.to_migrate else None
         if to is not None:
             target = to.group(1).rstrip(",;.")
-            command = f"clef-format migrate {shlex.quote(row.copy.display)} --to {shlex.quote(target)}"
+            command = f"clef-format migrate {quote_path(row.copy.display)} --to {quote_path(target)}"
             if in_hf_cache(row.copy.path):  # a cached snapshot is never written: a migrated copy beside it
                 out_dir = os.path.join(os.path.abspath(into), output_name(row.copy, target))
-                command += f" --output {shlex.quote(out_dir)}"
+                command += f" --output {quote_path(out_dir)}"
             out.append({"where": row.copy.display, "command": command})
         else:
             out.append({"where": row.copy.display, "advice": row.fix})

@@ -16,7 +16,7 @@ from clef_format.spec.marker import MarkerError, parse_marker
 
 
 def check_layout(ck: Checkpoint, opts: VerifyOptions = DEFAULTS, vllm: VllmBuild | None = None) -> Iterator[Finding]:
-    path = str(ck.root)
+    path = ck.name  # what printed commands call it (the PATH given)
     layout = ck.layout
     if not ck.backbone_files and not ck.reported(L.BACKBONE_SINGLE) and not any(
             f.code in ("missing-file", "bad-header") or f.file == L.BACKBONE_INDEX

@@ -15,7 +15,8 @@ from clef_format.spec import tables_format as TF
 from clef_format.spec.findings import Finding, error, warning
 from clef_format.spec.model_spec import table_shape
 
-_FIX = "re-download clef_head/tables_int8.safetensors, or re-create it with clef-format migrate from a layout-1 copy"
+_FIX = ("re-download clef_head/tables_int8.safetensors, or re-create it from a layout-1 copy of the same revision: "
+        "clef-format migrate COPY --to layout-2")
 
 
 def bad_scale_rows(ck: Checkpoint, header: Header, name: str) -> TF.Problems:
@@ -153,8 +154,8 @@ def check_tables(ck: Checkpoint, opts: VerifyOptions = DEFAULTS, vllm: VllmBuild
                     "format, so its rows would be decoded with the wrong rule", file=L.TABLES, fix=_FIX)
     for note in TF.metadata_notes(header.metadata, tuple(ck.tables), tuple(header.tensors)):
         yield warning("tables-metadata", f"{L.TABLES}: {note} (provenance only: no loader reads it)",
-                      file=L.TABLES, fix="nothing to do to serve; re-create the file with clef-format migrate "
-                                         "to record it")
+                      file=L.TABLES, fix="nothing to do to serve: no loader reads it (the tables file a migration "
+                                         "from a layout-1 copy writes records it)")
     for table in ck.tables:
         scale = TF.scale_name(table)
         info = header.tensors.get(scale)
