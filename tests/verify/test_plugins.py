@@ -20,7 +20,8 @@ import pytest
 
 from clef_format.fixtures.release import PLUGIN_KINDS, write_release_files, write_vllm_plugin
 from clef_format.read.checkpoint import read_checkpoint
-from clef_format.read.plugin_source import MAX_SOURCE_BYTES, read_bundled_plugin
+from clef_format.read.plugin_files import MAX_SOURCE_BYTES
+from clef_format.read.plugin_source import read_bundled_plugin
 from clef_format.verify import verify
 
 CLI = [sys.executable, "-m", "clef_format"]
@@ -380,7 +381,7 @@ def test_hostile_plugin_files_are_a_note_never_a_traceback(releases, tmp_path, c
 def test_mini_toml_reader_of_python_3_10_reads_what_tomllib_reads(releases):
     import tomllib
 
-    from clef_format.read.plugin_source import _mini_toml
+    from clef_format.read.plugin_files import mini_toml as _mini_toml
 
     for kind in ("pyproject", "pyproject-attr"):
         text = (releases("layout-2", "0.2.1", kind) / "vllm_plugin" / "pyproject.toml").read_text()
