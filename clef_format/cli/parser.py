@@ -17,7 +17,7 @@ from clef_format.errors import UsageError
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
-    from typing import NoReturn
+    from typing import Any, NoReturn
 
 DESCRIPTION = """Verify, migrate and serve split Clef checkpoints.
 
@@ -68,11 +68,37 @@ class _StoreOnce(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+def _non_empty(option: str, metavar: str, command: str, convert: Any) -> Any:
+    """An option's ``type``, refusing an empty value first (``--python ""``, ``--plugin-version=``: an unset
+    shell variable, most often) as a usage error, never a silent default or a crash further on."""
+
+    def check(value: str) -> Any:
+        if value == "":
+            raise UsageError(f"{option} is empty: it takes {metavar}",
+                             fix=f"give {option} {metavar} (see {command} --help)")
+        return value if convert is None else convert(value)
+
+    check.__name__ = getattr(convert, "__name__", "str")  # argparse names the type in its own messages
+    return check
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse that raises ``UsageError`` instead of printing and exiting: the contract decides the output."""
+    """argparse that raises ``UsageError`` instead of printing and exiting: the contract decides the output.
+
+    Its message carries the subcommand (``verify: argument --to: ...``), never the program's name: the
+    CLI prints every usage error once as ``clef-format: MESSAGE``. Every option that takes one value
+    refuses an empty one (``_non_empty``)."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message}", fix=f"see {self.prog} --help")
+        command = self.prog.removeprefix("clef-format").strip()
+        raise UsageError(f"{command}: {message}" if command else message, fix=f"see {self.prog} --help")
+
+    def add_argument(self, *names: str, **kwargs: Any) -> argparse.Action:
+        if names and names[0].startswith("-") and kwargs.get("action") in (None, "store") \
+                and kwargs.get("nargs") is None:
+            metavar = kwargs.get("metavar") or names[-1].lstrip("-").upper().replace("-", "_")
+            kwargs["type"] = _non_empty(names[-1], metavar, self.prog, kwargs.get("type"))
+        return super().add_argument(*names, **kwargs)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -118,6 +118,8 @@ def migrate_path(path: str, opts: Options, progress: Progress | None = None) -> 
     try:
         root = locate_checkpoint(path)
     except PathNotFound as exc:  # an interrupted run into PATH keeps its workspace beside it: look there
+        if os.path.exists(path):  # there, and not a folder: the refusal every command gives (read.paths.not_a_folder)
+            raise
         from clef_format.migrate import pending
 
         found = pending.interrupted_at(path)

@@ -34,7 +34,9 @@ def locate_checkpoint(path: str, cache_dir: str | None = None) -> str:
     if os.path.isdir(path):
         return path
     if os.path.exists(path):
-        raise PathNotFound(f"{path} is not a directory")
+        from clef_format.read.paths import not_a_folder
+
+        raise not_a_folder(path)
     if not re.match(_REPO_ID, path):
         raise PathNotFound(f"{path}: no such directory")
     repo_id, _, revision = path.partition("@")

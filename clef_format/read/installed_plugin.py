@@ -3,9 +3,10 @@
 In the running interpreter the answer is ``importlib.metadata``'s; since importing it costs more than
 the rest of verify's start, the folders on ``sys.path`` are first listed for a ``clef_vllm-*`` metadata
 folder (``.dist-info`` / ``.egg-info``, the names importlib.metadata's finder matches) and
-importlib.metadata is asked only when one is there. In another environment (``--python PATH``) that
-interpreter runs, isolated (``-I``: no PYTHONPATH, no current folder on its path; its user
-site-packages is added back, as a plain start would have it), a short script that prints the answer
+importlib.metadata is asked only when one is there. In another environment (``--python PATH``,
+resolved as a shell resolves a command: ``resolve_python``) that interpreter runs, isolated (``-I``:
+no PYTHONPATH, no current folder on its path; its user site-packages is added back, as a plain start
+would have it), a short script that prints the answer
 as one JSON object, with a token it computes in Python from a random nonce (so a program that only
 prints JSON is not taken for an interpreter). It gets ``PYTHON_TIMEOUT_S`` seconds and at most
 ``MAX_ANSWER_BYTES`` of its output is read.
@@ -157,13 +158,48 @@ def _said(out: bytes, err: bytes) -> str:
     return "no output"
 
 
+#: What ``--python`` takes, said in every refusal of it.
+PYTHON_FIX = ("give --python the environment's interpreter: a path (/path/to/venv/bin/python, or .venv/bin/python "
+              "from the current folder) or a command on PATH (python3)")
+
+
+def resolve_python(python: str) -> str:
+    """``--python`` resolved as a shell resolves a command: a name with a ``/`` is a path (a relative one
+    from the current folder), a bare name is looked up on ``PATH``. The result is absolute and keeps
+    symlinks (a venv's ``bin/python`` is one, and resolving it would leave the venv). ``UsageError``
+    when nothing executable is there."""
+    import shutil
+
+    if not python:
+        raise UsageError("--python is empty: it names no interpreter", fix=PYTHON_FIX)
+    if "/" not in python and not (os.altsep and os.altsep in python):
+        found = shutil.which(python)
+        if found is None:
+            here = os.path.join(python, "bin", "python") if os.path.isdir(python) else python
+            fix = (f"a name without a / is a command on PATH, as in a shell: to mean the one in the current "
+                   f"folder, give --python ./{here}" if os.path.exists(here) else PYTHON_FIX)
+            raise UsageError(f"--python {python}: no command of that name on PATH", fix=fix)
+        return os.path.abspath(found)
+    path = os.path.abspath(python)
+    shown = python if path == python else f"{python} ({path})"
+    if not os.path.exists(path):
+        raise UsageError(f"--python {shown}: no such file", fix=PYTHON_FIX)
+    if os.path.isdir(path):
+        inner = os.path.join(path, "bin", "python")
+        fix = f"give the interpreter inside it: --python {inner}" if os.path.isfile(inner) else PYTHON_FIX
+        raise UsageError(f"--python {shown} is a folder, not an interpreter", fix=fix)
+    if not os.path.isfile(path) or not os.access(path, os.X_OK):
+        raise UsageError(f"--python {shown} is not an executable file", fix=PYTHON_FIX)
+    return path
+
+
 def installed_in(python: str) -> InstalledPlugin:
-    """clef-vllm in the environment of interpreter ``python``; ``UsageError`` when it does not run as one."""
+    """clef-vllm in the environment of interpreter ``python`` (as ``resolve_python`` finds it); ``UsageError``
+    when it does not run as one."""
     import secrets
 
-    fix = "give --python the path of the environment's python (e.g. /path/to/venv/bin/python)"
-    if not os.path.isfile(python) or not os.access(python, os.X_OK):
-        raise UsageError(f"--python {python}: no executable file there", fix=fix)
+    fix = PYTHON_FIX
+    python = resolve_python(python)
     nonce = secrets.token_hex(16)
     try:
         code, out, err = _run_bounded([python, "-I", "-c", _SCRIPT, nonce], os.path.dirname(os.path.abspath(python)))

@@ -1,4 +1,5 @@
-"""Path rules shared by every reader: containment by whole components, and member names from indexes.
+"""Path rules shared by every reader: containment by whole components, member names from indexes, and
+the one refusal of a path that is not a folder.
 
 A path is inside a folder only component by component (``ck-evil/`` is not inside ``ck/``); an
 index entry is used as a path only after ``safe_member`` has checked it cannot leave the checkpoint.
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import os
 import posixpath
+
+from clef_format.errors import PathNotFound
 
 
 def inside(path: str, base: str) -> bool:
@@ -29,3 +32,23 @@ def safe_member(rel: str) -> str | None:
     if norm.startswith("../") or norm == "..":
         return None
     return norm
+
+
+def not_a_folder(path: str) -> PathNotFound:
+    """The refusal of a PATH that exists but is no folder (``verify ck/config.json``), the same for every
+    command that takes a checkpoint or a folder to search: it says what the path is, and the fix names the
+    folder it lies in (the checkpoint itself when that folder holds a config.json)."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = 0
+    kind = ("a file" if stat.S_ISREG(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "neither a file nor a folder")
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.isfile(os.path.join(parent, "config.json")):
+        fix = f"give the checkpoint's folder, {parent}, not {kind} in it"
+    else:
+        fix = f"give a folder (a checkpoint's is the one holding config.json), not {kind}; {path} lies in {parent}"
+    return PathNotFound(f"{path} is {kind}, not a folder", fix=fix)

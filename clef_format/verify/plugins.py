@@ -103,7 +103,7 @@ def bundled_findings(ck: Checkpoint, path: str) -> tuple[list[Finding], list[Plu
         note = plugin.note or f"{plugin.where} gives {plugin.version!r}, which is not a PEP 440 version"
         row = row._replace(note=note)
         return [warning("bundled-plugin-unread", f"the version of the plugin shipped in {PLUGIN_DIR}/ could not be "
-                        f"read: {note}; whether it can serve these weights is not known", file=plugin.where.split(" ")[0],
+                        f"read: {note}; whether it can serve these weights is not known", file=plugin.file,
                         fix=f"check the version pip reports after pip install {plugin_dir_of(ck, path)} "
                             f"(clef-format verify {quote_path(path)} then checks the installed one)")], [row]
     problem = _pair(ck, plugin.version, path)
@@ -111,7 +111,7 @@ def bundled_findings(ck: Checkpoint, path: str) -> tuple[list[Finding], list[Plu
     if problem is None or problem[0] != "plugin-incompatible":
         return [], [row]
     _, reason, fix = problem
-    where = plugin.where.split(" ")[0]
+    where = plugin.file
     return [error("bundled-plugin-mismatch",
                   f"the plugin shipped beside these weights, clef-vllm {plugin.version} ({plugin.where}), cannot serve "
                   f"them: {reason}. The weights and {PLUGIN_DIR}/ come from different revisions (weights pulled "

@@ -36,7 +36,7 @@ def test_usage_error_without_a_command_is_reported_as_clef_format(capsys) -> Non
     assert rc == EXIT_COULD_NOT_RUN
     assert payload["command"] == "clef-format" and payload["path"] is None
     (finding,) = payload["findings"]
-    assert finding["code"] == "usage-error" and finding["message"] == "clef-format: unrecognized arguments: --json"
+    assert finding["code"] == "usage-error" and finding["message"] == "unrecognized arguments: --json"
     assert finding["fix"] == "see clef-format --help"
 
 

@@ -233,6 +233,89 @@ def test_an_empty_path_is_the_same_usage_error_for_every_command(command: str, t
     assert list(tmp_path.iterdir()) == []  # nothing written into the current directory
 
 
+# ---- an empty option value, argparse's own errors, a path that is not a folder --------------------------
+
+def _value_options() -> list[tuple[str, str]]:
+    """(command, option) for every option that takes one value, from the parser itself."""
+    from clef_format.cli.parser import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    return sorted((name, a.option_strings[-1]) for name, p in sub.choices.items() for a in p._actions
+                  if a.option_strings and a.nargs is None and a.dest != "help")
+
+
+def _in_process(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, str]:
+    from clef_format.cli.main import main
+
+    capsys.readouterr()
+    rc = main(argv)
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err
+
+
+def test_every_value_option_is_here() -> None:
+    assert {o for _, o in _value_options()} >= {"--python", "--plugin-version", "--vllm-version", "--output", "--to",
+                                                "--into", "--jobs", "--layout", "--build"}
+
+
+@pytest.mark.parametrize("command,opt", _value_options(), ids=[f"{c} {o}" for c, o in _value_options()])
+def test_an_empty_option_value_is_a_usage_error(command: str, opt: str, ck: Path, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """``--python ""`` and ``--python=``: an unset variable, refused before anything runs, never a default."""
+    path = [] if command == "scan" else [str(tmp_path / "new") if command == "example" else str(ck)]
+    rest = ["--fixable"] if opt == "--into" else ["--to", "layout-2"] if command == "migrate" and opt != "--to" else []
+    for given in ([opt, ""], [f"{opt}="]):
+        rc, out, _ = _in_process(capsys, [command, *path, *given, *rest, "--json"])
+        payload = json.loads(out)
+        assert rc == 2 and [f["code"] for f in payload["findings"]] == ["usage-error"], payload
+        assert payload["error"] == f"{opt} is empty: it takes {payload['error'].rsplit(' ', 1)[-1]}"
+        assert payload["findings"][0]["fix"].startswith(f"give {opt} ")
+        rc, out, err = _in_process(capsys, [command, *path, *given, *rest])
+        assert rc == 2 and out == "" and err.startswith(f"clef-format: {opt} is empty") and "Traceback" not in err
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("argv", [["--bogus"], ["verify"], ["verify", "x", "--bogus"], ["migrate", "x", "--to", "nope"],
+                                  ["scan", "--jobs", "0"], ["verify", "x", "--python"], ["layers", "x", "--vllm-version", "1"]])
+def test_a_usage_error_is_said_once_with_one_prefix(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = _in_process(capsys, argv)
+    first = err.splitlines()[0]
+    assert rc == 2 and out == "" and first.startswith("clef-format: ") and err.count("clef-format:") == 1, err
+    rc, out, _ = _in_process(capsys, [*argv, "--json"])
+    assert not json.loads(out)["error"].startswith("clef-format")
+
+
+@pytest.mark.parametrize("argv", [["verify"], ["layers"], ["manifest"], ["migrate", "--to", "layout-2"],
+                                  ["migrate", "--current"], ["scan"]])
+def test_a_file_where_a_folder_is_expected_is_one_refusal(argv: list[str], ck: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Every command that takes a checkpoint (or a folder to search) refuses a file with the same
+    ``read.paths.not_a_folder`` message and fix: what the path is, and the folder to give instead."""
+    from clef_format.read.paths import not_a_folder
+
+    stray = tmp_path / "notes.txt"
+    stray.write_text("not a checkpoint\n")
+    for path, folder in ((ck / "config.json", ck), (stray, tmp_path)):
+        expected = not_a_folder(str(path))
+        rc, out, _ = _in_process(capsys, [argv[0], str(path), *argv[1:], "--json"])
+        (f,) = json.loads(out)["findings"]
+        assert rc == 2 and (f["code"], f["message"], f["fix"]) == ("path-not-found", str(expected), expected.fix)
+        assert f["message"] == f"{path} is a file, not a folder" and str(folder) in f["fix"]
+    rc, _, err = _in_process(capsys, [argv[0], str(ck / "config.json"), *argv[1:]])
+    assert rc == 2 and err == f"clef-format: {ck}/config.json is a file, not a folder\n" \
+                              f"  fix: give the checkpoint's folder, {ck}, not a file in it\n"
+
+
+def test_the_gate_refuses_a_file_as_verify_does(ck: Path) -> None:
+    from clef_format.compat import check_checkpoint
+    from clef_format.errors import PathNotFound
+    from clef_format.read.paths import not_a_folder
+
+    with pytest.raises(PathNotFound) as exc:
+        check_checkpoint(str(ck / "config.json"), "0.1.4")
+    assert str(exc.value) == str(not_a_folder(str(ck / "config.json")))
+
+
 # ---- exit 2: exactly one finding with its code ----------------------------------------------------------
 
 @pytest.mark.skipif(os.geteuid() == 0 and not SETPRIV, reason="root without setpriv reads every file")

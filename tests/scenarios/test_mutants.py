@@ -426,6 +426,13 @@ MUTANTS = [
     Mutant("a-cut-file-reported-by-each-reader", "clef_format/verify/deep.py",
            "unread.setdefault(f.file, f)", "pass",
            ("tests/verify/test_deep.py::test_a_file_cut_during_deep_is_one_unreadable_finding_with_its_fix",)),
+    # --- the plugin the user has: the bundled version per build backend, --python as a shell resolves it
+    Mutant("setuptools-scm-in-requires-read-as-0.0.0", "clef_format/read/plugin_setuptools.py",
+           'if plugin in requires and isinstance(dynamic, list) and "version" in dynamic:', "if False:",
+           ("tests/verify/test_plugin_backends.py::test_a_version_only_the_build_decides_is_a_warning_naming_the_file[setuptools-scm-requires]",)),
+    Mutant("python-resolved-out-of-its-venv", "clef_format/read/installed_plugin.py",
+           "    path = os.path.abspath(python)\n", "    path = os.path.realpath(python)\n",
+           ("tests/verify/test_plugins.py::test_python_resolves_as_a_shell_does",)),
 ]
 
 

@@ -20,7 +20,8 @@ import pytest
 
 from clef_format.fixtures.release import PLUGIN_KINDS, write_release_files, write_vllm_plugin
 from clef_format.read.checkpoint import read_checkpoint
-from clef_format.read.plugin_source import MAX_SOURCE_BYTES, read_bundled_plugin
+from clef_format.read.plugin_files import MAX_SOURCE_BYTES
+from clef_format.read.plugin_source import read_bundled_plugin
 from clef_format.verify import verify
 
 CLI = [sys.executable, "-m", "clef_format"]
@@ -380,7 +381,7 @@ def test_hostile_plugin_files_are_a_note_never_a_traceback(releases, tmp_path, c
 def test_mini_toml_reader_of_python_3_10_reads_what_tomllib_reads(releases):
     import tomllib
 
-    from clef_format.read.plugin_source import _mini_toml
+    from clef_format.read.plugin_files import mini_toml as _mini_toml
 
     for kind in ("pyproject", "pyproject-attr"):
         text = (releases("layout-2", "0.2.1", kind) / "vllm_plugin" / "pyproject.toml").read_text()
@@ -475,6 +476,50 @@ def test_python_option_checks_another_environment(releases, installed, tmp_path)
     assert row["where"].startswith(str(python))
     (f,) = [f for f in payload["findings"] if f["code"] == "plugin-incompatible"]
     assert "installed in the environment of --python" in f["message"] and "layout-1" in f["message"]
+
+
+def test_python_resolves_as_a_shell_does(releases, tmp_path):
+    """A relative --python is from the current folder, a bare name a command on PATH; the row names the
+    interpreter found, its venv symlink kept (resolving it would leave the venv)."""
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(env_dir)  # as python -m venv makes it on POSIX
+    python = env_dir / "bin" / "python"
+    assert python.is_symlink()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "clefpython").symlink_to(python)
+    root = releases("layout-1", "0.1.4")
+    # a relative PATH entry, as a shell takes it: from the current folder
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PATH": f"bin{os.pathsep}{os.environ['PATH']}"}
+    for given, where in (("venv/bin/python", python), ("./venv/../venv/bin/python", python),
+                         ("clefpython", bin_dir / "clefpython")):
+        proc = subprocess.run([*CLI, "verify", str(root), "--json", "--python", given], capture_output=True, text=True,
+                              env=env, cwd=str(tmp_path), timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert json.loads(proc.stdout)["plugins"][-1] == {"source": "python", "where": str(where), "version": None,
+                                                          "can_serve": None}
+
+
+@pytest.mark.parametrize("given,says,fix", [
+    ("venv", "--python venv: no command of that name on PATH", "give --python ./venv/bin/python"),
+    ("./venv", "--python ./venv ({tmp}/venv) is a folder, not an interpreter", "--python {tmp}/venv/bin/python"),
+    ("python-here", "--python python-here: no command of that name on PATH", "give --python ./python-here"),
+    ("no-such-command-xyz", "--python no-such-command-xyz: no command of that name on PATH", "or a command on PATH"),
+    ("venv/bin/nothing", "--python venv/bin/nothing ({tmp}/venv/bin/nothing): no such file", "a path"),
+    ("notes.txt", "--python notes.txt: no command of that name on PATH", "give --python ./notes.txt"),
+    ("./notes.txt", "--python ./notes.txt ({tmp}/notes.txt) is not an executable file", "a path"),
+])
+def test_a_python_that_is_not_there_says_what_to_give(releases, tmp_path, given, says, fix):
+    venv.EnvBuilder(with_pip=False).create(tmp_path / "venv")
+    (tmp_path / "python-here").symlink_to(tmp_path / "venv" / "bin" / "python")
+    (tmp_path / "notes.txt").write_text("not a python\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([*CLI, "verify", str(releases("layout-2", "0.2.1")), "--json", "--python", given],
+                          capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    (f,) = json.loads(proc.stdout)["findings"]
+    assert f["code"] == "usage-error" and f["message"] == says.format(tmp=tmp_path), f
+    assert fix.format(tmp=tmp_path) in f["fix"], f["fix"]
 
 
 @pytest.mark.parametrize("bad", ["/definitely/not/python", "file", "not-python"])

@@ -55,6 +55,10 @@ def _walk(roots: list[str]):
         if not root:
             raise UsageError("an empty ROOT names no folder", fix="give a folder, or no ROOT to scan the Hugging Face cache")
         if not os.path.isdir(root):
+            if os.path.exists(root):
+                from clef_format.read.paths import not_a_folder
+
+                raise not_a_folder(root)
             raise PathNotFound(f"{root}: no such directory")
         _listable(root)
     if roots:

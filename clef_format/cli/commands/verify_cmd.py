@@ -18,8 +18,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plugin-version", metavar="V",
                    help="check that clef-vllm version V can serve these weights (instead of the installed one)")
     p.add_argument("--python", metavar="PATH",
-                   help="check the clef-vllm installed in the environment of this Python interpreter (default: the "
-                        "one clef-format runs in); the plugin the folder ships in vllm_plugin/ is always checked")
+                   help="check the clef-vllm installed in the environment of this Python interpreter: a path "
+                        "(relative: from the current folder) or a command on PATH (python3); default: the one "
+                        "clef-format runs in. The plugin the folder ships in vllm_plugin/ is always checked")
     p.add_argument("--layers", action="store_true", help="also show the per-layer view (see `clef-format layers`)")
     add_vllm_version(p)
 

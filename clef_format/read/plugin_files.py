@@ -1,0 +1,197 @@
+"""The primitives every reader of ``vllm_plugin/`` shares: bounded text, TOML, Python source as ``ast``.
+
+Nothing here imports or runs what it reads. A file that cannot be read exactly (too large, not UTF-8,
+not valid TOML or Python, outside the plugin folder) raises ``Unread``, which names the file and says
+why: the caller turns it into a note, never an exception of its own.
+"""
+
+from __future__ import annotations
+
+import ast
+import posixpath
+import re
+
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Any
+
+    from clef_format.read.checkpoint import Checkpoint
+
+from clef_format.spec.layouts import PLUGIN_DIR  # the folder a release ships its plugin in
+
+#: Largest packaging or module file read (the real ones are a few KB).
+MAX_SOURCE_BYTES = 1024 * 1024
+PYPROJECT = f"{PLUGIN_DIR}/pyproject.toml"
+
+
+class Unread(Exception):
+    """The version cannot be read: ``file`` (checkpoint-relative) is the file the reason is about."""
+
+    def __init__(self, file: str, message: str) -> None:
+        super().__init__(message)
+        self.file = file
+
+
+def canonical_name(name: str) -> str:
+    """PEP 503 normalisation (``Clef_VLLM`` -> ``clef-vllm``): packaging's, imported only when a plugin is there."""
+    from packaging.utils import canonicalize_name
+
+    return str(canonicalize_name(name))
+
+
+def requirement_names(data: dict[str, Any]) -> set[str]:
+    """The canonical names of ``[build-system] requires`` (``setuptools-scm>=8`` -> ``setuptools-scm``)."""
+    requires = table(data, "build-system").get("requires")
+    names = set()
+    for req in requires if isinstance(requires, list) else ():
+        m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req) if isinstance(req, str) else None
+        if m:
+            names.add(canonical_name(m.group(1)))
+    return names
+
+
+def text(ck: Checkpoint, rel: str) -> str:
+    """A file the checkpoint reader listed inside the checkpoint, as UTF-8 text, at most ``MAX_SOURCE_BYTES``."""
+    size = ck.files[rel]
+    if size > MAX_SOURCE_BYTES:
+        raise Unread(rel, f"{rel} is {size} bytes, over the {MAX_SOURCE_BYTES} limit; not read")
+    try:
+        with open(ck.path(rel), "rb") as fh:
+            data = fh.read(MAX_SOURCE_BYTES + 1)
+    except OSError as exc:
+        raise Unread(rel, f"{rel} cannot be read: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Unread(rel, f"{rel} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def plugin_file(ck: Checkpoint, named: object, via: str, what: str = "file") -> str:
+    """The checkpoint-relative path of a file a packaging setting names relative to ``vllm_plugin/``
+    (``./x`` is ``x``); ``Unread`` when it is no string, leaves the folder or is not there (the build
+    fails then, or reads something that is not the release's)."""
+    if not isinstance(named, str) or not named.strip():
+        raise Unread(via.split(" ")[0], f"{via} names no {what}")
+    if named.strip().startswith("/"):
+        raise Unread(via.split(" ")[0], f"{via} names {named!r}, a path outside {PLUGIN_DIR}/")
+    rel = posixpath.normpath(f"{PLUGIN_DIR}/{named.strip()}")
+    if not rel.startswith(PLUGIN_DIR + "/") or rel not in ck.files:
+        raise Unread(via.split(" ")[0], f"{via} names {named!r}, which is not a {what} in {PLUGIN_DIR}/")
+    return rel
+
+
+def parse_toml(text_: str) -> dict[str, Any]:
+    try:
+        import tomllib  # Python 3.11+
+    except ImportError:  # Python 3.10: tomli when installed, else the small reader below
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ImportError:
+            return mini_toml(text_)
+    return tomllib.loads(text_)
+
+
+_TOML_KEY = re.compile(r'^\s*([A-Za-z0-9_.-]+|"[^"]*")\s*=\s*(.*?)\s*$')
+_TOML_STR = r'"((?:[^"\\]|\\.)*)"|\'([^\']*)\''
+
+
+def _toml_value(raw: str) -> Any:
+    m = re.fullmatch(_TOML_STR + r"\s*(#.*)?", raw)
+    if m:
+        return m.group(1) if m.group(1) is not None else m.group(2)
+    if raw.startswith("[") and raw.rstrip().split("#")[0].rstrip().endswith("]"):
+        return [a or b for a, b in re.findall(_TOML_STR, raw)]
+    if raw.startswith("{"):
+        pairs = re.findall(r'(?:([A-Za-z0-9_-]+)|"([^"]*)")\s*=\s*(?:' + _TOML_STR + ")", raw)
+        return {k or qk: a or b for k, qk, a, b in pairs}  # package-dir = {"" = "src"}: a quoted key
+    return None
+
+
+def mini_toml(text_: str) -> dict[str, Any]:
+    """The few TOML forms a plugin's ``pyproject.toml`` states its name and version in (tables, string
+    keys, one-line arrays and inline tables), for Python 3.10 without tomli. Anything else is skipped."""
+    out: dict[str, Any] = {}
+    table = out
+    for line in text_.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        header = re.fullmatch(r"\[([^\[\]]+)\]\s*(#.*)?", stripped)
+        if header:
+            table = out
+            for part in header.group(1).split("."):
+                table = table.setdefault(part.strip().strip('"'), {})
+                if not isinstance(table, dict):
+                    raise ValueError(f"table {header.group(1)!r} redefines a key")
+            continue
+        m = _TOML_KEY.match(line)
+        if m:
+            value = _toml_value(m.group(2))
+            if value is not None:
+                table[m.group(1).strip('"')] = value
+    return out
+
+
+def pyproject(ck: Checkpoint) -> dict[str, Any]:
+    """``vllm_plugin/pyproject.toml`` as a table (the caller checks that the file is there)."""
+    try:
+        data = parse_toml(text(ck, PYPROJECT))
+    except (ValueError, RecursionError, MemoryError) as exc:  # tomllib.TOMLDecodeError is a ValueError
+        raise Unread(PYPROJECT, f"{PYPROJECT} is not valid TOML ({exc})") from None
+    return data
+
+
+def table(data: dict[str, Any], *keys: str) -> dict[str, Any]:
+    """``data[k1][k2]...`` when each is a table, else an empty one."""
+    for key in keys:
+        value = data.get(key)
+        data = value if isinstance(value, dict) else {}
+    return data
+
+
+def parse_py(ck: Checkpoint, rel: str) -> ast.Module:
+    source = text(ck, rel)
+    try:
+        return ast.parse(source, filename=rel)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        raise Unread(rel, f"{rel} is not valid Python ({type(exc).__name__}: {exc})") from None
+
+
+def constants(tree: ast.Module) -> dict[str, str]:
+    """Module-level ``NAME = "literal"`` assignments (the last one wins, as when the module runs)."""
+    out: dict[str, str] = {}
+    for node in tree.body:
+        targets: list[ast.expr] = []
+        value = None
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        for t in targets:
+            if isinstance(t, ast.Name):
+                if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                    out[t.id] = value.value
+                else:
+                    out.pop(t.id, None)  # reassigned to something computed: no literal any more
+    return out
+
+
+def first_assignment(tree: ast.Module, name: str) -> ast.expr | None:
+    """The value of the FIRST module-level assignment to ``name`` (what setuptools' ``attr:`` and flit read
+    without importing: each stops there), as an expression; ``None`` when there is none."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            pairs = [(t, node.value) for t in node.targets]
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            pairs = [(node.target, node.value)]
+        else:
+            continue
+        for target, value in pairs:
+            if isinstance(target, ast.Name) and target.id == name:
+                return value
+    return None
+
+
+def literal(value: ast.expr | None) -> str | None:
+    """A string literal's text; ``None`` for anything computed."""
+    return value.value if isinstance(value, ast.Constant) and isinstance(value.value, str) else None

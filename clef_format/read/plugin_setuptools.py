@@ -1,0 +1,324 @@
+"""The version setuptools builds ``vllm_plugin/`` as, read statically (nothing imported or run).
+
+In setuptools' own order (pip's builds agree): ``pyproject.toml`` (``[project] version``, or
+``dynamic = ["version"]`` with ``[tool.setuptools.dynamic] version = {attr = ...}`` / ``{file = ...}``),
+a literal ``version=`` keyword of the one module-level ``setup(...)`` call in ``setup.py`` (or a
+module-level string constant it names), ``setup.cfg`` (``[metadata] version``, ``attr:`` / ``file:``;
+``attr:`` modules are found through ``package_dir`` as setuptools finds them), then, only where
+``setup.py`` computes the version (often by reading it), a literal ``__version__ = "..."`` in the
+package. Nothing stated at all is ``0.0.0``, what setuptools builds. A version a plugin sets from git
+when the build runs (setuptools-scm, setuptools-git-versioning, versioningit: in ``[build-system]
+requires``, a ``[tool.<plugin>]`` table, ``setup(use_scm_version=...)``) cannot be read: ``Unread``.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import posixpath
+
+TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
+if TYPE_CHECKING:
+    from typing import Any
+
+    from clef_format.read.checkpoint import Checkpoint
+
+from clef_format.read.plugin_files import (
+    PYPROJECT,
+    Unread,
+    canonical_name,
+    constants,
+    first_assignment,
+    literal,
+    parse_py,
+    plugin_file,
+    pyproject,
+    requirement_names,
+    table,
+    text,
+)
+from clef_format.spec.layouts import PLUGIN_DIR
+
+#: The version setuptools gives a distribution whose packaging states none.
+NO_VERSION = "0.0.0"
+#: setuptools plugins that set the version from version control when the build runs: requirement name ->
+#: the ``[tool.*]`` table that configures it.
+SCM_PLUGINS = {"setuptools-scm": "setuptools_scm", "setuptools-git-versioning": "setuptools-git-versioning",
+               "versioningit": "versioningit"}
+#: ``setup(...)`` keywords those plugins read.
+SCM_KEYWORDS = ("use_scm_version", "setuptools_git_versioning", "versioningit")
+SETUP_PY = f"{PLUGIN_DIR}/setup.py"
+SETUP_CFG = f"{PLUGIN_DIR}/setup.cfg"
+
+Found = tuple[str | None, str | None, str | None]  # (name, version, where)
+
+
+def _package_dir(ck: Checkpoint) -> dict[str, str]:
+    """The ``package_dir`` setuptools resolves ``attr:`` with: setup.cfg ``[options] package_dir``,
+    pyproject.toml ``[tool.setuptools] package-dir`` or a literal ``setup(package_dir=...)``; more than one
+    that disagree, or one that is not a literal mapping of strings, cannot be resolved exactly."""
+    found: list[tuple[str, dict[str, str]]] = []
+    if SETUP_CFG in ck.files:
+        cfg = _read_cfg(ck)
+        if cfg.has_option("options", "package_dir"):
+            pairs: dict[str, str] = {}
+            for line in cfg.get("options", "package_dir").strip().splitlines():
+                key, eq, value = line.partition("=")
+                if not eq:
+                    raise Unread(SETUP_CFG, f"{SETUP_CFG} [options] package_dir has a line without '=': "
+                                            f"{line.strip()[:80]!r}")
+                pairs[key.strip()] = value.strip()
+            found.append((f"{SETUP_CFG} [options] package_dir", pairs))
+    if PYPROJECT in ck.files:
+        st = table(pyproject(ck), "tool", "setuptools")
+        if "package-dir" in st:
+            pd = st["package-dir"]
+            if not isinstance(pd, dict) or not all(isinstance(v, str) for v in pd.values()):
+                raise Unread(PYPROJECT, f"{PYPROJECT} [tool.setuptools] package-dir is not a table of strings")
+            found.append((f"{PYPROJECT} [tool.setuptools] package-dir", dict(pd)))
+    call = _setup_call(ck)
+    if call is not None:
+        for kw in call.keywords:
+            if kw.arg == "package_dir":
+                try:
+                    pd = ast.literal_eval(kw.value)
+                except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+                    pd = None
+                if not isinstance(pd, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                       for k, v in pd.items()):
+                    raise Unread(SETUP_PY, f"{SETUP_PY} passes setup(package_dir=...) that is no literal mapping "
+                                           "of strings")
+                found.append((f"{SETUP_PY} setup(package_dir=...)", pd))
+    if len({tuple(sorted(pd.items())) for _, pd in found}) > 1:
+        raise Unread(found[0][0].split(" ")[0], "package_dir is given differently in " + " and ".join(w for w, _ in found))
+    if found:
+        return found[0][1]
+    if not _lists_packages(ck, call) and os.path.isdir(ck.path(f"{PLUGIN_DIR}/src")):
+        return {"": "src"}  # setuptools' automatic discovery: a src/ folder is the src layout
+    return {}
+
+
+def _lists_packages(ck: Checkpoint, call: ast.Call | None) -> bool:
+    """Whether the packaging names its packages or modules (setuptools then discovers nothing)."""
+    if SETUP_CFG in ck.files:
+        cfg = _read_cfg(ck)
+        if cfg.has_option("options", "packages") or cfg.has_option("options", "py_modules"):
+            return True
+    if PYPROJECT in ck.files:
+        st = table(pyproject(ck), "tool", "setuptools")
+        if "packages" in st or "py-modules" in st:
+            return True
+    return call is not None and any(kw.arg in ("packages", "py_modules") for kw in call.keywords)
+
+
+def _module_file(ck: Checkpoint, dotted: str) -> str | None:
+    """The file of module ``dotted`` inside the plugin folder, found as setuptools' ``attr:`` finds it
+    (``find_package_path`` with the package's ``package_dir``, then ``<path>.py`` or
+    ``<path>/__init__.py``)."""
+    package_dir = _package_dir(ck)
+    parts = dotted.split(".")
+    path = None
+    for i in range(len(parts), 0, -1):
+        if ".".join(parts[:i]) in package_dir:
+            path = posixpath.join(package_dir[".".join(parts[:i])], *parts[i:])
+            break
+    if path is None:
+        path = posixpath.join(*(package_dir.get("") or "").split("/"), *parts)
+    for rel in (f"{PLUGIN_DIR}/{path}.py", f"{PLUGIN_DIR}/{path}/__init__.py"):
+        rel = posixpath.normpath(rel)
+        if not rel.startswith(PLUGIN_DIR + "/"):
+            return None
+        if rel in ck.files:
+            return rel
+    return None
+
+
+def _attr_version(ck: Checkpoint, attr: str, via: str) -> tuple[str, str]:
+    """``pkg.module.NAME`` -> (version, where), read from the module's source without importing it: the
+    FIRST module-level assignment to NAME, as setuptools' ``StaticModule`` reads it (setuptools would
+    import the module when that is not a literal)."""
+    module, _, name = attr.strip().rpartition(".")
+    rel = _module_file(ck, module) if module else None
+    if rel is None:
+        raise Unread(via.split(" ")[0], f"{via} names {attr!r}, whose module is not in {PLUGIN_DIR}/")
+    value = literal(first_assignment(parse_py(ck, rel), name))
+    if value is None:
+        raise Unread(rel, f"{via} names {attr!r}, which is not a string literal in {rel}")
+    return value, f"{rel} ({name}, via {via})"
+
+
+def _file_version(ck: Checkpoint, files: Any, via: str) -> tuple[str, str]:
+    first = files[0] if isinstance(files, list) and files else files
+    rel = plugin_file(ck, first, via, "version file")  # setuptools refuses a file outside, too
+    value = text(ck, rel).strip()
+    if len(value) > 64 or "\n" in value:
+        raise Unread(rel, f"{rel} (named by {via}) holds no version: {len(value)} characters over several lines")
+    return value, f"{rel} (via {via})"
+
+
+def _from_pyproject(ck: Checkpoint) -> Found:
+    """(name, version, where) from pyproject.toml; version None when it is not declared there."""
+    if PYPROJECT not in ck.files:
+        return None, None, None
+    data = pyproject(ck)
+    project = data.get("project")
+    if not isinstance(project, dict):
+        return None, None, None  # no [project]: setup.cfg / setup.py say it
+    name = project.get("name") if isinstance(project.get("name"), str) else None
+    dynamic = project.get("dynamic")
+    is_dynamic = isinstance(dynamic, list) and "version" in dynamic
+    if "version" in project and is_dynamic:
+        raise Unread(PYPROJECT, f"{PYPROJECT} gives [project] version and lists it in dynamic: setuptools refuses "
+                                "to build it (PEP 621)")
+    if isinstance(project.get("version"), str):
+        return name, project["version"], f"{PYPROJECT} ([project] version)"
+    if not is_dynamic:
+        raise Unread(PYPROJECT, f"{PYPROJECT} has a [project] table with neither a version nor "
+                                "dynamic = [\"version\"]: setuptools refuses to build it")
+    spec = table(data, "tool", "setuptools", "dynamic").get("version")
+    via = f"{PYPROJECT} [tool.setuptools.dynamic]"
+    if isinstance(spec, dict) and isinstance(spec.get("attr"), str):
+        return (name, *_attr_version(ck, spec["attr"], via))
+    if isinstance(spec, dict) and "file" in spec:
+        return (name, *_file_version(ck, spec["file"], via))
+    return name, None, None
+
+
+def _read_cfg(ck: Checkpoint) -> Any:
+    import configparser
+
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read_string(text(ck, SETUP_CFG), source=SETUP_CFG)
+    except (configparser.Error, ValueError, RecursionError, MemoryError) as exc:
+        raise Unread(SETUP_CFG, f"{SETUP_CFG} is not a valid setup.cfg ({type(exc).__name__})") from None
+    return parser
+
+
+def _from_setup_cfg(ck: Checkpoint) -> Found:
+    if SETUP_CFG not in ck.files:
+        return None, None, None
+    parser = _read_cfg(ck)
+    if not parser.has_section("metadata"):
+        return None, None, None
+    name = parser.get("metadata", "name", fallback=None)
+    value = parser.get("metadata", "version", fallback=None)
+    if value is None:
+        return name, None, None
+    value = value.strip()
+    via = f"{SETUP_CFG} [metadata] version"
+    if value.startswith("attr:"):
+        return (name, *_attr_version(ck, value[5:], via))
+    if value.startswith("file:"):
+        return (name, *_file_version(ck, [f.strip() for f in value[5:].split(",")], via))
+    return name, value, via
+
+
+def _is_setup(node: ast.AST) -> bool:
+    func = node.func if isinstance(node, ast.Call) else None
+    return (isinstance(func, ast.Name) and func.id == "setup") or (
+        isinstance(func, ast.Attribute) and func.attr == "setup")
+
+
+def _setup_call(ck: Checkpoint) -> ast.Call | None:
+    """The one ``setup(...)`` call of setup.py, a statement of the module itself (``None`` when there is
+    no call). Several calls, or one under ``if``/``def``/``for``/``with``/``try``, leave which one runs
+    (and whether) to the run: not read."""
+    if SETUP_PY not in ck.files:
+        return None
+    tree = parse_py(ck, SETUP_PY)
+    top = [n.value for n in tree.body if isinstance(n, ast.Expr) and _is_setup(n.value)]
+    every = [n for n in ast.walk(tree) if _is_setup(n)]
+    if len(every) > len(top):
+        raise Unread(SETUP_PY, f"{SETUP_PY} calls setup(...) inside a block (if/def/for/with/try or an expression): "
+                               "which call runs is decided when it runs")
+    if len(top) > 1:
+        raise Unread(SETUP_PY, f"{SETUP_PY} calls setup(...) {len(top)} times: which call builds is decided when it runs")
+    return top[0] if top else None  # type: ignore[return-value]
+
+
+def _from_setup_py(ck: Checkpoint) -> Found:
+    call = _setup_call(ck)
+    if call is None:
+        return None, None, None
+    consts = constants(parse_py(ck, SETUP_PY))
+    found: dict[str, str | None] = {}
+    computed: set[str] = set()
+    for kw in call.keywords:
+        if kw.arg is None:
+            raise Unread(SETUP_PY, f"{SETUP_PY} passes setup(**...): its keywords are decided when it runs")
+        if kw.arg in SCM_KEYWORDS:
+            raise Unread(SETUP_PY, f"{SETUP_PY} passes setup({kw.arg}=...): the version is taken from version "
+                                   "control (git tags) when the build runs")
+        if kw.arg not in ("name", "version"):
+            continue
+        if isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
+            found[kw.arg] = kw.value.value
+        elif isinstance(kw.value, ast.Name) and kw.value.id in consts:
+            found[kw.arg] = consts[kw.value.id]
+        else:
+            computed.add(kw.arg)
+    if "version" in computed:
+        return found.get("name"), None, "computed"
+    version = found.get("version")
+    return found.get("name"), version, f"{SETUP_PY} (setup(version=...))" if version else None
+
+
+def _from_dunder(ck: Checkpoint, name: str | None) -> tuple[str | None, str | None]:
+    """A literal ``__version__`` in the plugin's package (``clef_vllm``), found through its ``package_dir``:
+    only asked when setup.py computes its version (often by reading that literal)."""
+    package = canonical_name(name or "clef-vllm").replace("-", "_")
+    for module in (package, f"{package}._version", f"{package}.version"):
+        rel = _module_file(ck, module)
+        if rel is not None:
+            value = constants(parse_py(ck, rel)).get("__version__")
+            if value is not None:
+                return value, f"{rel} (__version__)"
+    return None, None
+
+
+def _scm_plugin(ck: Checkpoint) -> tuple[str, str] | None:
+    """(plugin, what says so) when a setuptools plugin that sets the version from git is configured."""
+    if PYPROJECT not in ck.files:
+        return None
+    data = pyproject(ck)
+    requires = requirement_names(data)
+    dynamic = table(data, "project").get("dynamic")
+    for plugin, tool in SCM_PLUGINS.items():
+        if tool in table(data, "tool"):
+            return plugin, f"{PYPROJECT} has a [tool.{tool}] table"
+        if plugin in requires and isinstance(dynamic, list) and "version" in dynamic:
+            return plugin, f"{PYPROJECT} lists version in dynamic and [build-system] requires {plugin}"
+    return None
+
+
+def read_setuptools(ck: Checkpoint) -> Found:
+    """(name, version, where) as setuptools builds the folder; ``Unread`` when only the build can tell."""
+    project = table(pyproject(ck), "project") if PYPROJECT in ck.files else {}
+    scm = _scm_plugin(ck)
+    if scm is not None and not isinstance(project.get("version"), str):
+        plugin, why = scm
+        raise Unread(PYPROJECT, f"{why}: {plugin} sets the version from version control (git tags) when the "
+                                "build runs, and the folder states none")
+    name: str | None = None
+    version: str | None = None
+    where: str | None = None
+    computed = False
+    # setuptools' own order (pip builds agree): pyproject.toml's [project] wins over setup(...)'s
+    # keywords, which win over setup.cfg; a version setup.py computes overrides setup.cfg's
+    for reader in (_from_pyproject, _from_setup_py, _from_setup_cfg):
+        n, v, w = reader(ck)
+        name = name or n
+        computed = computed or (version is None and w == "computed")
+        if v is not None and version is None and not computed:
+            version, where = v, w
+    if version is None and computed:  # e.g. a setup.py that reads __version__ from the package when it runs
+        version, where = _from_dunder(ck, name)
+    if version is None and computed:
+        raise Unread(SETUP_PY, f"{SETUP_PY} computes the version when it runs (setup(version=...) is no "
+                               "string literal) and the package holds no literal __version__")
+    packaging = [f for f in (SETUP_PY, SETUP_CFG, PYPROJECT) if f in ck.files]
+    if version is None and name is not None and packaging:
+        # nothing states a version (a [project] table would have refused): setuptools builds 0.0.0
+        version, where = NO_VERSION, f"{packaging[0]} (no version stated: setuptools builds {NO_VERSION})"
+    return name, version, where
