@@ -40,6 +40,13 @@ def locate_checkpoint(path: str, cache_dir: str | None = None) -> str:
     if not re.match(_REPO_ID, path):
         raise PathNotFound(f"{path}: no such directory")
     repo_id, _, revision = path.partition("@")
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)  # huggingface_hub's own rule: what it refuses is no cached repo either
+    except HFValidationError as exc:
+        raise PathNotFound(f"{path}: no such directory, nor a Hugging Face repo id ({exc})") from None
     snapshot = cached_snapshot(repo_id, revision or "main", cache_dir)
     if snapshot is None:
         raise PathNotFound(

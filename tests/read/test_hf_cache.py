@@ -217,6 +217,22 @@ def test_local_dir_incomplete_download(tmp_path: Path, capsys: pytest.CaptureFix
     assert "partial-download" in {f["code"] for f in report["findings"]}
 
 
+@pytest.mark.parametrize("arg", ["scanroot/-d", "a/-b", "a/b.", "a/" + "x" * 100, "a/b--c@main"])
+def test_a_path_shaped_like_an_invalid_repo_id_is_not_found_every_command(cache: Path, arg: str,
+                                                                         tmp_path: Path) -> None:
+    """``org/name`` that huggingface_hub refuses as a repo id (a leading or trailing ``-`` or ``.``,
+    ``--``, over 96 characters) and that is no folder: ``path-not-found``, exit 2, one JSON object, with
+    hub's own reason, from every command that takes a PATH (not hub's validation traceback)."""
+    env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
+    for argv in (["verify", arg], ["layers", arg], ["manifest", arg], ["migrate", arg], ["migrate", arg, "--current"]):
+        proc = subprocess.run([sys.executable, "-m", "clef_format.cli", *argv, "--json"], cwd=tmp_path,
+                              capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, (argv, proc.stderr)
+        out = json.loads(proc.stdout)
+        assert [f["code"] for f in out["findings"]] == ["path-not-found"], (argv, out)
+        assert "repo id" in out["error"], out["error"]
+
+
 def test_repo_id_through_the_console_script_offline(cache: Path) -> None:
     env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-m", "clef_format.cli", "verify", REPO, "--deep", "--json"],
