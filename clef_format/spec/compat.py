@@ -167,10 +167,12 @@ def served_layout(plugin_version: str) -> Layout | None:
 
 
 def check_pair(layout: Layout, marker: SpecifierSet | None, plugin_version: str, path: str = "PATH",
-               snapshot: bool = False) -> None:
+               snapshot: bool = False, pip: str = "pip") -> None:
     """Raise ``IncompatibleError`` unless ``plugin_version`` of clef-vllm can serve this checkpoint.
 
     ``marker`` is the parsed marker of a layout-2 checkpoint (``None``: the default ``>=0.2.0``).
+    ``pip``: the install command of the environment the plugin was found in (``PY -m pip`` for another
+    interpreter's), so that an install fix changes that environment, not whichever pip is first on PATH.
     """
     version = _version(plugin_version)
     if layout is Layout.LAYOUT_2_UNMARKED:
@@ -189,7 +191,8 @@ def check_pair(layout: Layout, marker: SpecifierSet | None, plugin_version: str,
     if own is None:
         raise IncompatibleError(
             "plugin-incompatible", f"{PLUGIN} {version} is older than any plugin that serves a Clef split checkpoint",
-            f"install {PLUGIN}{MARKER_VALUE} (layout-2) or {PLUGIN} 0.1.x (layout-1)")
+            f"install {PLUGIN}{MARKER_VALUE} (layout-2: {pip} install {quote(f'{PLUGIN}{MARKER_VALUE}')}) or "
+            f"{PLUGIN} 0.1.x (layout-1)")
     if layout is Layout.LAYOUT_1:
         if own is not Layout.LAYOUT_1:
             fix = f"migrate the weights: {migrate_command(path, Layout.LAYOUT_2, snapshot)}"
@@ -210,14 +213,14 @@ def check_pair(layout: Layout, marker: SpecifierSet | None, plugin_version: str,
             "plugin-incompatible",
             f"layout-2 (int8 tables) is served only by {PLUGIN}>=0.2.0 (here: {spec}); "
             f"{PLUGIN} {version} reads BF16 tables from the backbone",
-            f"install the plugin shipped with the checkpoint (pip install {quote(f'{PLUGIN}{spec}')}), "
+            f"install a {PLUGIN} the weights admit ({pip} install {quote(f'{PLUGIN}{spec}')}), "
             f"or for {PLUGIN} 0.1.x: {migrate_command(path, Layout.LAYOUT_1, snapshot)}")
     if not admits(spec, version):
         raise IncompatibleError(
             "plugin-incompatible",
             f"these weights require {PLUGIN}{spec}; {PLUGIN} {version} cannot serve them"
             + (" (a pre-release sorts before its release under PEP 440)" if version.is_prerelease else ""),
-            f"install the plugin shipped with the checkpoint (pip install {quote(f'{PLUGIN}{spec}')})")
+            f"install a {PLUGIN} the weights admit ({pip} install {quote(f'{PLUGIN}{spec}')})")
 
 
 def expects_int8_tables(plugin_version: str) -> bool:

@@ -38,8 +38,9 @@ from clef_format.spec.layouts import PLUGIN_DIR
 from clef_format.spec.findings import Finding, error, warning
 
 
-def _pair(ck: Checkpoint, version: str, path: str) -> tuple[str, str, str | None] | None:
-    """``None`` when clef-vllm ``version`` can serve the checkpoint, else (code, reason, fix)."""
+def _pair(ck: Checkpoint, version: str, path: str, pip: str = "pip") -> tuple[str, str, str | None] | None:
+    """``None`` when clef-vllm ``version`` can serve the checkpoint, else (code, reason, fix); ``pip`` as
+    ``check_pair`` takes it."""
     from clef_format.errors import IncompatibleError
     from clef_format.spec.compat import check_pair  # packaging: only when a plugin version is checked
     from clef_format.spec.marker import MarkerError, read_marker
@@ -49,7 +50,7 @@ def _pair(ck: Checkpoint, version: str, path: str) -> tuple[str, str, str | None
     except MarkerError as exc:
         return "marker-invalid", f"the marker is invalid ({exc})", ""
     try:
-        check_pair(ck.layout, marker, version, path=path, snapshot=ck.hf_snapshot)
+        check_pair(ck.layout, marker, version, path=path, snapshot=ck.hf_snapshot, pip=pip)
     except IncompatibleError as exc:
         return exc.code, exc.reason, exc.fix
     return None
@@ -149,13 +150,14 @@ def installed_findings(ck: Checkpoint, found: InstalledPlugin, path: str,
                         f"cannot be read: {row.note}; whether it can serve these weights is not known",
                         fix="reinstall the plugin (pip install --force-reinstall clef-vllm, or pip install "
                             f"{plugin_dir_of(ck, path)} when the folder ships it), then run verify again")], [row]
-    problem = _pair(ck, found.version, path)
+    pip = "pip" if found.source == "installed" else f"{quote_path(found.python)} -m pip"
+    problem = _pair(ck, found.version, path, pip)
     row = row._replace(can_serve=problem is None)
     if problem is None or problem[0] != "plugin-incompatible":
         return [], [row]
     _, reason, fix = problem
     here = "in this Python" if found.source == "installed" else "in the environment of --python"
     if bundled_serves:
-        fix = f"install the plugin shipped with these weights: pip install {plugin_dir_of(ck, path)}; or {fix}"
+        fix = f"install the plugin shipped with these weights: {pip} install {plugin_dir_of(ck, path)}; or {fix}"
     return [error("plugin-incompatible", f"clef-vllm {found.version} installed {here} ({found.where}) cannot serve "
                   f"these weights: {reason}", fix=fix)], [row]

@@ -435,7 +435,7 @@ def test_a_stale_pair_of_both_is_two_errors_and_the_fix_is_the_whole_repo(releas
     by_code = {f["code"]: f for f in payload["findings"]}
     assert set(by_code) == {"bundled-plugin-mismatch", "plugin-incompatible"}
     fix = by_code["plugin-incompatible"]["fix"]
-    assert fix.startswith("install the plugin shipped with the checkpoint (pip install 'clef-vllm>=0.2.0')")
+    assert fix.startswith("install a clef-vllm the weights admit (pip install 'clef-vllm>=0.2.0')")
     assert f"{root}/vllm_plugin" not in by_code["plugin-incompatible"]["fix"]  # that folder cannot serve them either
     assert [(r["source"], r["can_serve"]) for r in payload["plugins"]] == [("bundled", False), ("installed", False)]
 
@@ -476,6 +476,27 @@ def test_python_option_checks_another_environment(releases, installed, tmp_path)
     assert row["where"].startswith(str(python))
     (f,) = [f for f in payload["findings"] if f["code"] == "plugin-incompatible"]
     assert "installed in the environment of --python" in f["message"] and "layout-1" in f["message"]
+
+
+def test_an_install_fix_for_another_environment_names_its_pip(releases, installed, tmp_path):
+    """The fix of a plugin --python found unable to serve installs into that environment (``PY -m pip``), not
+    with whichever pip is first on PATH, and names a registry install as such (not "shipped")."""
+    from clef_format.shell import quote_path
+
+    env = tmp_path / "my env"
+    venv.EnvBuilder(with_pip=False).create(env)
+    python = env / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    pip_install(releases("layout-1", "0.1.4") / "vllm_plugin", site)
+    for bundled, first in (("0.2.1", f"install the plugin shipped with these weights: {quote_path(str(python))} -m pip "
+                                     "install "),
+                           ("0.1.4", f"install a clef-vllm the weights admit ({quote_path(str(python))} -m pip install "
+                                     "'clef-vllm>=0.2.0')")):
+        payload = json.loads(run_cli("verify", str(releases("layout-2", bundled)), "--json", "--python", str(python)).stdout)
+        (f,) = [f for f in payload["findings"] if f["code"] == "plugin-incompatible"]
+        assert f["fix"].startswith(first), f["fix"]
+        assert " pip install" not in f["fix"].replace(" -m pip install", ""), f["fix"]
 
 
 def test_python_resolves_as_a_shell_does(releases, tmp_path):

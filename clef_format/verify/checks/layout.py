@@ -58,7 +58,9 @@ def check_layout(ck: Checkpoint, opts: VerifyOptions = DEFAULTS, vllm: VllmBuild
         yield warning("legacy-layout",
                       "layout-1: BF16 tables inside the backbone; only clef-vllm < 0.2.0 serves it (the int8 layout-2 "
                       "tables take half the bytes on disk and in GPU memory)",
-                      fix=migrate_command(path, Layout.LAYOUT_2, ck.hf_snapshot))
+                      fix=f"{migrate_command(path, Layout.LAYOUT_2, ck.hf_snapshot)}; the result is served only by "
+                          "clef-vllm>=0.2.0 (a clef-vllm 0.1.x serves this layout-1 as it is: migrate when you "
+                          "upgrade the plugin)")
 
     if layout in (Layout.LAYOUT_1, Layout.ORIGINAL_RELEASE):
         for t in (embed, lm_head):
