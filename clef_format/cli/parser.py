@@ -50,8 +50,11 @@ def _canonical(value: object, dest: str = "") -> object:
     if not isinstance(value, str):
         return value
     parts = value.split(".")
-    if dest.endswith("version") and all(p.isdigit() for p in parts) and 2 <= len(parts) <= 3:  # major.minor[.patch]
-        return tuple(int(p) for p in parts) + (0,) * (3 - len(parts))
+    if dest.endswith("version") and all(p.isdigit() for p in parts):  # release numbers: PEP 440 pads with zeros
+        numbers = [int(p) for p in parts]
+        while len(numbers) > 1 and numbers[-1] == 0:
+            numbers.pop()
+        return tuple(numbers)
     return os.path.abspath(value)  # a path: DIR, DIR/, ./DIR and /abs/DIR are one folder
 
 

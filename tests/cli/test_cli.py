@@ -229,6 +229,14 @@ def test_an_output_folder_given_twice_with_and_without_slash_is_one_folder(built
 def test_a_version_given_twice_in_two_spellings_is_one_version(built, capsys):
     rc = main(["verify", str(built()), "--vllm-version", "0.33", "--vllm-version", "0.33.0", "--json"])
     assert rc == 0, json.loads(capsys.readouterr().out)["findings"]
+    capsys.readouterr()
+    for first, second in (("0.2.0", "0.2.0.0"), ("0.2", "0.2.0.0"), ("0.2.1", "0.2.1.0")):  # equal under PEP 440
+        rc = main(["verify", str(built()), "--plugin-version", first, "--plugin-version", second, "--json"])
+        payload = json.loads(capsys.readouterr().out)
+        assert rc == 0, payload["findings"]
+        assert payload["plugins"][-1]["version"] == second  # the value given last
+    rc = main(["verify", str(built()), "--plugin-version", "0.2.0", "--plugin-version", "0.2.0.1", "--json"])
+    assert rc == 2 and "given twice" in json.loads(capsys.readouterr().out)["findings"][0]["message"]
 
 
 def test_an_option_given_twice_with_different_values_is_a_usage_error(built, capsys):
