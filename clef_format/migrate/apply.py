@@ -38,7 +38,7 @@ from clef_format.migrate.crash import crashpoint
 from clef_format.migrate.plan import Plan, Safetensors
 from clef_format.migrate.preflight import survey_source
 from clef_format.migrate.swap import cleanup_or_say, swap_in
-from clef_format.migrate.tree_state import TreeState, changes, snapshot
+from clef_format.migrate.tree_state import TreeState, changes, folders, looked_at_again, record, snapshot
 from clef_format.migrate.workspace import (
     NOT_READ,
     Journal,
@@ -241,7 +241,9 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
             wait_all([pool.submit(produce, o) for o in big])
         result.entries = _check_carried(entries, plan, target)
         refresh_references(plan, ck, target.new, out_of_place=not target.in_place)
-        fsutil.finish_tree(ck.root, target.new)
+        staged = snapshot(target.new)  # the finished tree's one walk: its folders, and the state its journal records
+        fsutil.finish_tree(ck.root, target.new, folders(staged))
+        staged = looked_at_again(staged, folders(staged))  # their modes, as finish_tree left them
         result.quality = dict(journal.quality)
         t1 = time.perf_counter()
         result.seconds["stage"] = round(t1 - t0, 3)
@@ -250,6 +252,7 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
         result.seconds["verify"] = round(time.perf_counter() - t1, 3)
         st = os.stat(target.new)
         journal.new_ino = [st.st_dev, st.st_ino]
+        journal.new_tree = record(staged, linked)  # what an --abort after the swap proves unchanged
         journal.phase = Phase.STAGED
         write_journal(target, journal)
     except BaseException as exc:

@@ -280,11 +280,12 @@ def output_written(target: Target) -> list[str]:
     return [f"{name} was created in the --output" for name in names]
 
 
-def finish_tree(src_root: str, dst_root: str) -> None:
-    """Give the new tree's directories the source's permission bits, and fsync every one of them."""
-    folders = [dirpath for dirpath, _, _ in tree_walk(dst_root)]
-    for dirpath in reversed(folders):  # each folder after everything below it (a read-only mode comes last)
-        rel_dir = os.path.relpath(dirpath, dst_root)
+def finish_tree(src_root: str, dst_root: str, folders: list[str]) -> None:
+    """Give the new tree's directories (``folders``, rel paths: the caller's walk of it) the source's
+    permission bits, and fsync every one of them."""
+    # each folder after everything below it (a read-only mode comes last)
+    for rel_dir in sorted(folders, key=lambda rel: 0 if rel == "." else rel.count("/") + 1, reverse=True):
+        dirpath = os.path.join(dst_root, *rel_dir.split("/")) if rel_dir != "." else dst_root
         src_dir = os.path.normpath(os.path.join(src_root, rel_dir))
         if os.path.isdir(src_dir) and not os.path.islink(src_dir):
             shutil.copymode(src_dir, dirpath)

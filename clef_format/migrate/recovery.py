@@ -1,18 +1,22 @@
 """What to do about an interrupted run, decided from its journal and the disk, then done.
 
 The next call on ``T`` reads the journal first: staging -> resume (or roll back with ``abort``),
-staged -> finish the swap if the source is unchanged, swapped -> finish the cleanup.
+staged -> finish the swap if the source is unchanged, swapped -> finish the cleanup. An ``--abort``
+after the swap puts the original back only while the tree at ``T`` is the one the run swapped in, as
+its journal recorded it: a tree changed since (a file added, edited, removed) is someone's work, and
+the rollback, which deletes that tree, is refused.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from clef_format.errors import MigrateRefused
 from clef_format.migrate import fsutil
 from clef_format.migrate.swap import cleanup_or_say, swap_in, was_swapped
+from clef_format.migrate.tree_state import changed_since, snapshot
 from clef_format.migrate.workspace import (
     NOT_READ,
     Journal,
@@ -26,6 +30,7 @@ from clef_format.migrate.workspace import (
     write_journal,
 )
 from clef_format.read.checkpoint import Checkpoint
+from clef_format.shell import quote_path
 
 
 #: ``wanted`` when the caller does not say which step it is about to run (it resumes any staging).
@@ -41,15 +46,58 @@ class Action(str, Enum):
     FINISH_FALLBACK = "finish-fallback"  # killed between the two renames of the fallback swap: do the second
     SWAP = "swap"  # staged and verified, the source unchanged: swap it in
     RESUME = "resume"  # go on staging where the interrupted run stopped
+    REFUSE = "refuse"  # --abort would delete a new tree changed since the swap: nothing is done
 
 
 @dataclass(frozen=True)
 class Decision:
-    """The recovery of an interrupted run: what is done, what the run says about it, its journal."""
+    """The recovery of an interrupted run: what is done, what the run says about it, its journal; for
+    ``REFUSE`` the note says why and ``fix`` what to run instead."""
 
     action: Action
     note: str
     journal: Journal | None
+    fix: str | None = None
+
+
+def _changes_at_target(target: Target, journal: Journal) -> list[str] | None:
+    """What changed in the tree at the target since the run recorded it staged (empty: nothing, or no
+    tree is there: moved away, nothing of it is lost). None: the journal records no state (an older
+    clef-format's), so nothing proves the tree unchanged."""
+    if not os.path.lexists(target.path):
+        return []
+    if journal.new_tree is None:
+        return None
+    try:
+        now = snapshot(target.path)
+    except OSError as exc:  # not looked at, never deleted
+        where = os.path.relpath(exc.filename, target.path) if isinstance(exc.filename, str) else "."
+        return [f"{where} cannot be read ({exc.strerror or exc})"]
+    return changed_since(journal.new_tree, now)
+
+
+def _refusal(target: Target, journal: Journal, what: str, changed: list[str] | None) -> Decision:
+    """``--abort`` refused: the rollback would delete the tree at the target, which holds changes made
+    since the swap (or may: ``changed`` None). The fix keeps that tree in both of its ways."""
+    path = target.path
+    if changed is None:
+        why = (f"{path} holds the new tree of the interrupted migration {what}, and its journal (written by an "
+               "earlier clef-format) records nothing that proves the tree unchanged since it was swapped in: "
+               "rolling the migration back could delete changes made to it")
+    else:
+        shown = "; ".join(changed[:5]) + (f"; and {len(changed) - 5} more" if len(changed) > 5 else "")
+        why = (f"{path} holds the new tree of the interrupted migration {what}, changed since it was swapped in "
+               f"({shown}): rolling the migration back would delete those changes")
+    q = quote_path(path)
+    if journal.in_place is False:
+        back = f"removes what the run left beside it (the source {journal.source} was only read)"
+        finish = f"clef-format migrate {quote_path(journal.source or 'SOURCE')} --to {journal.to_layout} --output {q}"
+    else:
+        back = f"puts the original tree back at {path}"
+        finish = f"clef-format migrate {q} --to {journal.to_layout}"
+    fix = (f"to keep {path} as it is now, move it away (mv {q} {quote_path(path + '.kept')}), then clef-format "
+           f"migrate {q} --abort {back}; or finish the migration instead: {finish}")
+    return Decision(Action.REFUSE, why, journal, fix)
 
 
 def _decide(target: Target, source_ck: Checkpoint | None, abort: bool, wanted: tuple[str, str] | None = ANY_STEP,
@@ -83,15 +131,24 @@ def _decide(target: Target, source_ck: Checkpoint | None, abort: bool, wanted: t
         # (int8 tables decoded, not the original BF16); undo it instead, exactly as --abort does
         decided = _decide(target, source_ck, True, ANY_STEP, journal)
         if decided is not None and decided.action is not Action.CLEANUP:
-            return Decision(decided.action, f"{decided.note} (this run goes to another layout)", decided.journal)
+            return replace(decided, note=f"{decided.note} (this run goes to another layout)")
         return decided
     swapped = phase is Phase.SWAPPED or (phase is Phase.STAGED and was_swapped(target, journal))
     parked = os.path.isdir(target.new) or os.path.isdir(target.old)  # complete by construction (_discard)
     made_output = journal.in_place is False and not parked  # an --output that did not exist before
+    if swapped and abort and (parked or made_output):  # the rollback deletes the tree at the target
+        changed = _changes_at_target(target, journal)
+        if changed != []:
+            return _refusal(target, journal, what, changed)
+    moved = "" if os.path.lexists(target.path) else " (the new tree had been moved away from it, and is left where it is)"
     if swapped and abort and parked:
         return Decision(Action.UNSWAP, f"rolled back the interrupted migration {what}: it had swapped its new tree in, "
                                        f"and the original tree, still complete in the workspace, is back at "
-                                       f"{target.path}", journal)
+                                       f"{target.path}{moved}", journal)
+    if swapped and abort and made_output and moved:
+        return Decision(Action.UNSWAP, f"rolled back the interrupted migration {what}: removed its workspace; the "
+                                       f"output {target.path} it had created had been moved away, and is left where it is "
+                                       "(the source was never changed)", journal)
     if swapped and abort and made_output:
         return Decision(Action.UNSWAP, f"rolled back the interrupted migration {what}: removed the output "
                                        f"{target.path} it had created (the source was never changed)", journal)
@@ -132,11 +189,27 @@ def can_roll_back(target: Target, journal: Journal | None | NotRead = NOT_READ) 
     return decided is None or decided.action is not Action.CLEANUP
 
 
+def pending_decision(target: Target, source_ck: Checkpoint | None, abort: bool = False,
+                     wanted: tuple[str, str] | None = ANY_STEP, journal: Journal | None | NotRead = NOT_READ
+                     ) -> Decision | None:
+    """What the next run (with ``abort``) will do about an interrupted one, decided and not done
+    (``--dry-run``, ``--current``): the same decision ``carry_out`` carries out."""
+    return _decide(target, source_ck, abort, wanted, journal)
+
+
+def foretold(decided: Decision | None) -> str | None:
+    """``decided`` said before it is done (None: nothing to say; a resume is no recovery to announce)."""
+    if decided is None or decided.action is Action.RESUME:
+        return None
+    if decided.action is Action.REFUSE:
+        return f"would be refused: {decided.note} (fix: {decided.fix})"
+    return decided.note
+
+
 def pending_recovery(target: Target, source_ck: Checkpoint | None, abort: bool = False,
                      wanted: tuple[str, str] | None = ANY_STEP, journal: Journal | None | NotRead = NOT_READ) -> str | None:
     """What the next run (with ``abort``) will do about an interrupted one, said before doing it."""
-    decided = _decide(target, source_ck, abort, wanted, journal)
-    return None if decided is None or decided.action is Action.RESUME else decided.note
+    return foretold(pending_decision(target, source_ck, abort, wanted, journal))
 
 
 def _unswap(target: Target) -> None:
@@ -150,6 +223,9 @@ def _unswap(target: Target) -> None:
             os.rename(target.path, target.new)
             fsutil.fsync_dir(target.ws)
         os.rename(target.old, target.path)
+        fsutil.fsync_dir(target.parent)
+    elif os.path.isdir(target.new):  # exchanged, and the new tree was moved away from the target since
+        os.rename(target.new, target.path)
         fsutil.fsync_dir(target.parent)
     elif os.path.lexists(target.path):  # an output that did not exist before (the journal says out of place)
         os.rename(target.path, target.new)
@@ -174,6 +250,8 @@ def carry_out(target: Target, source_ck: Checkpoint | None, abort: bool = False,
     if decided is None:
         return None
     action, journal = decided.action, decided.journal
+    if action is Action.REFUSE:
+        raise MigrateRefused(f"{decided.note}; nothing was changed", decided.fix)
     if action is Action.REMOVE:
         remove_tree(target.ws)
     elif action is Action.UNSWAP:

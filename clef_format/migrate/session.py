@@ -409,13 +409,19 @@ def _refuse_unproven_replacements(ck: Checkpoint, plan: Plan, display: str, edge
 
 def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft) -> ReportDraft:
     details = _details(report)
-    from clef_format.migrate.recovery import pending_recovery
+    from clef_format.migrate.recovery import foretold, pending_decision
 
     assert report.path is not None  # migrate's report always names the PATH it was given
     journal = read_journal(target)
     _refuse_another_source(target, report.path, journal)
-    will = pending_recovery(target, ck, abort=opts.abort, wanted=_first_step(journal, opts.to), journal=journal)
-    details.recovery = will
+    decided = pending_decision(target, ck, abort=opts.abort, wanted=_first_step(journal, opts.to), journal=journal)
+    will = details.recovery = foretold(decided)
+    if decided is not None and decided.action is Action.REFUSE:  # the run would stop there: nothing else to plan
+        said = f"{'--abort' if opts.abort else 'this run'} would be refused: {decided.note}"
+        report.findings.append(error("migrate-refused", said, fix=decided.fix))
+        if opts.abort:
+            details.message = said
+        return report
     if opts.abort:  # --abort only deals with an interrupted run: say what it would do, and nothing else
         details.message = f"--abort would do this: {will}" if will else "no interrupted migration to roll back"
         return report

@@ -48,12 +48,20 @@ def _cleanup(target: Target) -> None:
 
 
 def was_swapped(target: Target, journal: Journal) -> bool:
-    """Whether the target path already holds the staged tree (its inode is the one the journal recorded)."""
-    try:
-        st = os.stat(target.path)
-    except FileNotFoundError:
+    """Whether the staged tree was swapped in: the target path holds it (its inode is the one the journal
+    recorded), or ``ws/new`` holds another tree (the exchange put the target's there: the new tree may have
+    been moved away from the target since, and the tree in ``ws/new`` is then the original, never litter)."""
+    def inode(path: str) -> list[int] | None:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return None
+        return [st.st_dev, st.st_ino]
+
+    if journal.new_ino is None:
         return False
-    return [st.st_dev, st.st_ino] == journal.new_ino
+    parked = inode(target.new)
+    return inode(target.path) == journal.new_ino or (parked is not None and parked != journal.new_ino)
 
 
 class SwapFailed(OSError):

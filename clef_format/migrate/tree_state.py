@@ -99,6 +99,65 @@ def changes(before: TreeState, after: TreeState, linked: frozenset[str] = frozen
     return out
 
 
+def folders(state: TreeState) -> list[str]:
+    """The folders of the tree (rel paths, ``"."`` the root)."""
+    return [rel for rel, ident in state.entries.items() if stat.S_ISDIR(ident[0])]
+
+
+def looked_at_again(state: TreeState, rels: list[str]) -> TreeState:
+    """``state`` with the entries ``rels`` looked at again (one ``lstat`` each, no listing): what the
+    caller itself changed since it took the state (the staged tree's folder modes)."""
+    entries = dict(state.entries)
+    for rel in rels:
+        entries[rel] = identity(os.lstat(state.root if rel == "." else os.path.join(state.root, *rel.split("/"))))
+    return TreeState(state.root, entries, state.listings)
+
+
+def record(state: TreeState, linked: frozenset[str] = frozenset()) -> dict[str, list[int | None]]:
+    """The state of a staged tree as its journal keeps it, so that an ``--abort`` after the swap can prove
+    the tree at the target is still the one migrate put there (``changed_since``): every entry's
+    identity, less what changes while the tree does not. A folder's size and times are None (the swap
+    renames the tree, which sets its root's ctime; what changes in a folder shows in its entries, each
+    recorded), and so is the ctime of a file migrate hard-linked (a link or unlink of it elsewhere sets it)."""
+    out: dict[str, list[int | None]] = {}
+    for rel, ident in state.entries.items():
+        kept: list[int | None] = list(ident)
+        if stat.S_ISDIR(ident[0]):
+            kept[3:6] = [None, None, None]
+        elif rel in linked:
+            kept[5] = None
+        out[rel] = kept
+    return out
+
+
+def is_record(value: object) -> bool:
+    """Whether ``value`` (read from a journal) has the shape ``record`` gives: rel path -> 8 ints or None."""
+    return isinstance(value, dict) and all(
+        isinstance(rel, str) and isinstance(kept, list) and len(kept) == 8
+        and all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in kept)
+        for rel, kept in value.items())
+
+
+def changed_since(recorded: dict[str, list[int | None]], now: TreeState) -> list[str]:
+    """What differs between a tree's ``recorded`` state and its state ``now``, in the words of ``changes``
+    (empty: the same tree). A field recorded as None is compared in neither."""
+    def state(entries: dict[str, Identity]) -> TreeState:
+        listings: dict[str, list[str]] = {rel: [] for rel, ident in entries.items() if stat.S_ISDIR(ident[0])}
+        for rel in entries:
+            if rel != ".":
+                parent, _, name = rel.rpartition("/")
+                listings.setdefault(parent or ".", []).append(name)
+        return TreeState(now.root, entries, {rel: tuple(sorted(names)) for rel, names in listings.items()})
+
+    def masked(ident: tuple[int, ...] | list[int | None], mask: list[int | None] | None) -> Identity:
+        kept = [0 if mask is not None and mask[i] is None else ident[i] or 0 for i in range(8)]
+        return (kept[0], kept[1], kept[2], kept[3], kept[4], kept[5], kept[6], kept[7])
+
+    before = {rel: masked(kept, kept) for rel, kept in recorded.items()}
+    after = {rel: masked(ident, recorded.get(rel)) for rel, ident in now.entries.items()}
+    return changes(state(before), state(after))
+
+
 def _mountinfo() -> list[str]:
     """Every mount point of this process's mount namespace (``/proc/self/mountinfo``; a bind mount of
     a folder of the same filesystem shares its device number, so only this list tells it)."""

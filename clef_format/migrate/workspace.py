@@ -19,6 +19,7 @@ from typing import Any
 from clef_format.errors import MigrateRefused
 from clef_format.migrate import fsutil
 from clef_format.migrate.crash import crashpoint
+from clef_format.migrate.tree_state import is_record
 from clef_format.read.checkpoint import Checkpoint
 
 JOURNAL_VERSION = 1
@@ -301,6 +302,10 @@ class Journal:
     done: dict[str, int] = field(default_factory=dict)  # output rel -> size, each file finished
     quality: dict[str, dict[str, float]] = field(default_factory=dict)
     new_ino: list[int] | None = None  # [st_dev, st_ino] of ws/new, written with phase staged
+    #: the staged tree's state (``tree_state.record``), written with phase staged: an ``--abort`` after the
+    #: swap proves by it that the tree at the target is unchanged before deleting it. A journal without it
+    #: (an older clef-format's) proves nothing: that abort is refused (``recovery``)
+    new_tree: dict[str, list[int | None]] | None = None
     version: int = JOURNAL_VERSION
 
     @property
@@ -324,13 +329,15 @@ class Journal:
                                "fingerprint": self.fingerprint, "done": self.done, "quality": self.quality}
         if self.new_ino is not None:
             out["new_ino"] = self.new_ino
+        if self.new_tree is not None:
+            out["new_tree"] = self.new_tree
         return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Journal":
         phase = data.get("phase")
         in_place = data.get("in_place")
-        new_ino = data.get("new_ino")
+        new_ino, new_tree = data.get("new_ino"), data.get("new_tree")
         fp, done, quality = data.get("fingerprint"), data.get("done"), data.get("quality")
         return cls(revision=_text(data.get("revision")), direction=_text(data.get("direction")),
                    from_layout=_text(data.get("from")), to_layout=_text(data.get("to")),
@@ -340,6 +347,7 @@ class Journal:
                    fingerprint=fp if isinstance(fp, dict) else None,
                    done=done if isinstance(done, dict) else {}, quality=quality if isinstance(quality, dict) else {},
                    new_ino=new_ino if isinstance(new_ino, list) else None,
+                   new_tree=new_tree if is_record(new_tree) else None,
                    version=data.get("version", JOURNAL_VERSION))
 
 

@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 
 from clef_format import migrations
-from clef_format.errors import Refused
+from clef_format.errors import MigrateRefused, Refused
 from clef_format.migrate import crash, recovery, workspace
 from clef_format.migrate.apply import _verify_staged
 from clef_format.migrate.crash import CRASH_ENV
 from clef_format.migrate.preflight import preflight, survey_source
 from clef_format.migrate.recovery import _decide, pending_recovery, recover
 from clef_format.migrate.swap import SwapFailed, swap_in
+from clef_format.migrate.tree_state import record, snapshot
 from clef_format.migrate.workspace import Lock, Target, fingerprint, make_target, read_journal, remove_tree, write_journal
 from clef_format.read.checkpoint import read_checkpoint
 from clef_format.spec import layouts as L
@@ -180,7 +181,7 @@ def _exchanged(fresh, built, tmp: Path) -> tuple[Path, Target, dict]:
     shutil.copytree(root, target.new, symlinks=True)
     shutil.rmtree(root)
     shutil.copytree(built("layout-2"), root, symlinks=True)
-    journal_for(target, "staged", {}, new_ino=ino(str(root)))
+    journal_for(target, "staged", {}, new_ino=ino(str(root)), new_tree=record(snapshot(str(root))))
     return root, target, original
 
 
@@ -191,6 +192,22 @@ def test_abort_after_the_exchange_puts_the_original_tree_back(fresh, built, tmp_
     assert action == "unswap" and f"{REVISION} upgrade" in note and "is back at" in note
     assert recover(target, None, abort=True) == note
     assert file_digests(root) == original and siblings(root) == []
+
+
+def test_abort_after_the_exchange_with_a_journal_that_records_no_new_tree_is_refused(fresh, built,
+                                                                                   tmp_path: Path) -> None:
+    """A journal of an earlier clef-format records no state of the new tree: nothing proves the tree at T
+    unchanged, so the rollback that would delete it is refused, and nothing is touched."""
+    root, target, original = _exchanged(fresh, built, tmp_path)
+    raw = read_journal(target).to_json()
+    del raw["new_tree"]
+    write_journal(target, workspace.Journal.from_json(raw))
+    new = file_digests(root)
+    decided = _decide(target, None, abort=True)
+    assert decided.action == "refuse" and "records nothing that proves the tree unchanged" in decided.note
+    with pytest.raises(MigrateRefused) as err:
+        recover(target, None, abort=True)
+    assert err.value.fix == decided.fix and file_digests(root) == new and file_digests(target.new) == original
 
 
 def test_recovery_after_the_exchange_records_the_swap_before_cleaning_up(fresh, built, tmp_path: Path,

@@ -102,8 +102,9 @@ def test_an_in_place_run_reads_each_tree_once_and_nothing_after_the_swap(fresh, 
     assert _under(counts, "before", "list", root) == {".": 4, "clef_head": 4}
 
     # the staged tree: listed once by its verify, once by the check that every entry was carried and
-    # once by the last fsync of its folders; each file read once by its verify (the written tables and
-    # backbone more: the writer's own proof of the tables, verify's scalar reads)
+    # once by the walk that fsyncs its folders and takes the state its journal records; each file read
+    # once by its verify (the written tables and backbone more: the writer's own proof of the tables,
+    # verify's scalar reads)
     staged = _under(counts, "before", "list", ws / "new")
     assert staged == {".": 3, "clef_head": 3}
     staged_reads = _under(counts, "before", "read", ws / "new")

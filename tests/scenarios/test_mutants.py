@@ -259,6 +259,13 @@ MUTANTS = [
     Mutant("abort-after-swap-deletes-original", "clef_format/migrate/recovery.py",
            "    if swapped and abort and parked:", "    if False:",
            ("tests/scenarios/test_migrate_crash.py::test_sigkill_then_abort_restores_the_original",)),
+    Mutant("abort-deletes-a-new-tree-changed-since-the-swap", "clef_format/migrate/recovery.py",
+           "        changed = _changes_at_target(target, journal)", "        changed: list[str] | None = []",
+           ("tests/migrate/test_abort_keeps.py::test_an_abort_that_would_delete_changes_is_refused_and_moving_the_tree_away_keeps_both",)),
+    Mutant("abort-takes-the-parked-original-for-litter", "clef_format/migrate/swap.py",
+           "    return inode(target.path) == journal.new_ino or (parked is not None and parked != journal.new_ino)",
+           "    return inode(target.path) == journal.new_ino",
+           ("tests/migrate/test_abort_keeps.py::test_an_abort_after_the_new_tree_was_moved_away_puts_the_original_back",)),
     # --- each tree read once (tests/migrate/test_reads_once.py counts the opens), the table threads
     Mutant("result-verified-again-after-swap", "clef_format/migrate/session.py",
            '    if final is None or not details.steps:', "    if True:",

@@ -1,0 +1,199 @@
+"""``--abort`` after the swap never deletes what was done to the new tree since.
+
+A run killed after its swap leaves the new tree at PATH (in place, or its ``--output``) and the original
+parked in the workspace. The user goes on with the new tree: adds a file, edits config.json. ``--abort``
+then swapped the original back and deleted the workspace, which held the new tree with those edits. Now
+the abort proves the tree at PATH is the one the run swapped in (its journal records it), and refuses
+when it is not, with a fix that works when followed; a tree moved away from PATH is left where it is and
+the original comes back. Each case is a real run SIGKILLed at its crash point (``CLEF_FORMAT_CRASH_AT``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from clef_format.migrate.crash import CRASH_ENV
+from tests.support.migrate import cli, file_digests, run_json, siblings, verified
+
+#: after the exchange, the journal still "staged"; then "swapped", the original still parked (cleanup not begun)
+STAGED, SWAPPED = "swap:2", "cleanup:1"
+REVISION = "0001_int8_tables upgrade"
+
+
+def _add_file(path: Path) -> None:
+    (path / "notes.txt").write_bytes(b"what I found serving it\n")
+
+
+def _edit_same_size(path: Path) -> None:
+    """config.json rewritten in place, same size and inode (a hard link shared with the original in place)."""
+    data = (path / "config.json").read_bytes()
+    with open(path / "config.json", "r+b") as fh:
+        fh.write(data[:1] + b" " + data[2:] if data[1:2] != b" " else data[:1] + b"\n" + data[2:])
+
+
+def _remove_file(path: Path) -> None:
+    (path / "tokenizer.json").unlink()
+
+
+def _add_folder(path: Path) -> None:
+    (path / "runs" / "eval").mkdir(parents=True)
+    (path / "runs" / "eval" / "result.json").write_bytes(b'{"accuracy": 0.91}\n')
+
+
+CHANGES: dict[str, Callable[[Path], None]] = {"file-added": _add_file, "file-edited": _edit_same_size,
+                                              "file-removed": _remove_file, "folder-added": _add_folder}
+SAID = {"file-added": "notes.txt was created", "file-edited": "config.json was written",
+        "file-removed": "tokenizer.json was removed", "folder-added": "runs was created"}
+
+
+def _interrupted(fresh, tmp_path: Path, mode: str, point: str) -> tuple[Path, Path, dict[str, str]]:
+    """A real run, in place or into a new ``--output``, SIGKILLed at ``point``: (source, PATH, the
+    source's digests before)."""
+    src = fresh("layout-1")
+    original = file_digests(src)
+    path = src if mode == "in-place" else tmp_path / "out"
+    args = [str(src)] + (["--output", str(path)] if mode == "output" else [])
+    proc = cli("migrate", *args, "--json", env={CRASH_ENV: point})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    assert verified(path)[:2] == ("layout-2", True)  # the new tree is at PATH, and the user goes on with it
+    return src, path, original
+
+
+def _follow(capsys, command: str) -> tuple[int, dict]:
+    """Run a ``clef-format migrate ...`` command a message printed, as the user types it."""
+    words = command.split()
+    assert words[:2] == ["clef-format", "migrate"], command
+    return run_json(capsys, *words[2:])
+
+
+CASES = [("file-edited", mode, point) for mode in ("in-place", "output") for point in (STAGED, SWAPPED)] + [
+    ("file-added", "in-place", STAGED), ("file-added", "output", SWAPPED),
+    ("file-removed", "in-place", SWAPPED), ("file-removed", "output", STAGED),
+    ("folder-added", "in-place", STAGED), ("folder-added", "output", SWAPPED)]
+
+
+@pytest.mark.parametrize("kind,mode,point", CASES, ids=["-".join(c) for c in CASES])
+def test_an_abort_that_would_delete_changes_is_refused_and_moving_the_tree_away_keeps_both(
+        fresh, capsys, tmp_path: Path, kind: str, mode: str, point: str) -> None:
+    """The tree at PATH changed since the swap: ``--abort`` is refused (``--dry-run`` and ``--current`` say it
+    would be, in the same words), PATH keeps every byte, and the first fix (move PATH away, abort again)
+    keeps the changed tree where it was moved and puts the original back (in place) or only removes the
+    workspace (--output: the source was never changed)."""
+    src, path, original = _interrupted(fresh, tmp_path, mode, point)
+    CHANGES[kind](path)
+    edited = file_digests(path)
+
+    rc, current = run_json(capsys, str(path), "--current")
+    assert rc == 0 and f"clef-format migrate {path} --abort: would be refused: " in current["message"], current
+    rc, dry = run_json(capsys, str(path), "--abort", "--dry-run")
+    assert rc == 1 and dry["message"].startswith("--abort would be refused: "), dry
+    rc, out = run_json(capsys, str(path), "--abort")
+    assert rc == 1, out
+    [refused] = [f for f in out["findings"] if f["severity"] == "error"]
+    assert refused["code"] == "migrate-refused" and SAID[kind] in refused["message"], refused
+    assert dry["message"] == f"--abort would be refused: {refused['message'].removesuffix('; nothing was changed')}"
+    assert f"(fix: {refused['fix']})" in current["message"]
+    assert [f["fix"] for f in dry["findings"] if f["severity"] == "error"] == [refused["fix"]]
+    assert file_digests(path) == edited and siblings(path), "the refused abort changed something"
+
+    moved = re.search(r"\(mv (\S+) (\S+)\)", refused["fix"])
+    abort = re.search(r"then (clef-format migrate \S+ --abort)", refused["fix"])
+    assert moved and abort and moved.group(1) == str(path), refused["fix"]
+    os.rename(moved.group(1), moved.group(2))
+    rc, done = _follow(capsys, abort.group(1))
+    assert rc == 0 and done["recovered"], done
+    assert file_digests(Path(moved.group(2))) == edited  # the user's tree, every byte, where they put it
+    assert siblings(path) == []
+    if mode == "in-place":  # the original is back (an in-place edit of a file it shares with the new tree is in both)
+        shared = {"config.json"} if kind == "file-edited" else set()
+        assert {k: v for k, v in file_digests(path).items() if k not in shared} == \
+            {k: v for k, v in original.items() if k not in shared}
+        assert verified(path)[:2] == ("layout-1", True)
+    else:
+        assert not path.exists() and file_digests(src) == original
+
+
+@pytest.mark.parametrize("mode", ["in-place", "output"])
+def test_finishing_the_migration_instead_keeps_the_changed_tree(fresh, capsys, tmp_path: Path, mode: str) -> None:
+    """The refusal's other fix: finish the migration. PATH keeps the user's changes, nothing is left beside it."""
+    src, path, original = _interrupted(fresh, tmp_path, mode, SWAPPED)
+    _add_folder(path)
+    _edit_same_size(path)
+    edited = file_digests(path)
+    rc, out = run_json(capsys, str(path), "--abort")
+    [refused] = [f for f in out["findings"] if f["severity"] == "error"]
+    assert rc == 1 and refused["code"] == "migrate-refused", out
+    finish = refused["fix"].split("or finish the migration instead: ")[1]
+    rc, done = _follow(capsys, finish)
+    assert rc == 0 and done["recovered"], done
+    assert file_digests(path) == edited and siblings(path) == [] and verified(path)[:2] == ("layout-2", True)
+    if mode == "output":
+        assert file_digests(src) == original
+
+
+@pytest.mark.parametrize("mode,point", [(m, p) for m in ("in-place", "output") for p in (STAGED, SWAPPED)])
+def test_an_abort_after_the_new_tree_was_moved_away_puts_the_original_back(fresh, capsys, tmp_path: Path,
+                                                                             mode: str, point: str) -> None:
+    """PATH absent: the user moved the new tree elsewhere. Nothing at PATH can be lost: the abort puts the
+    original back (in place) or removes only the workspace (--output), and the moved tree is untouched.
+    (The journal said staged: the abort took the original parked in the workspace for litter.)"""
+    src, path, original = _interrupted(fresh, tmp_path, mode, point)
+    mine = path.with_name(path.name + ".mine")
+    path.rename(mine)
+    new = file_digests(mine)
+    rc, dry = run_json(capsys, str(path), "--abort", "--dry-run")
+    assert rc == 0, dry
+    rc, out = run_json(capsys, str(path), "--abort")
+    assert rc == 0 and out["recovered"], out
+    assert dry["message"] == f"--abort would do this: {out['message']}"
+    assert file_digests(mine) == new and siblings(path) == []
+    if mode == "in-place":
+        assert file_digests(src) == original and out["layout"] == "layout-1"
+    else:
+        assert not path.exists() and file_digests(src) == original
+
+
+@pytest.mark.parametrize("mode,point", [(m, p) for m in ("in-place", "output") for p in (STAGED, SWAPPED)])
+def test_an_abort_of_an_unchanged_new_tree_restores_the_original_exactly(fresh, capsys, tmp_path: Path,
+                                                                        mode: str, point: str) -> None:
+    """Nothing changed since the swap (the tree was only read, as serving it does): the abort rolls back
+    as before, byte for byte, and ``--dry-run`` said so in the same words."""
+    src, path, original = _interrupted(fresh, tmp_path, mode, point)
+    file_digests(path)  # read every file, as a user of the new tree does
+    rc, current = run_json(capsys, str(path), "--current")
+    assert rc == 0, current
+    rc, dry = run_json(capsys, str(path), "--abort", "--dry-run")
+    assert rc == 0, dry
+    rc, out = run_json(capsys, str(path), "--abort")
+    assert rc == 0 and out["message"].startswith(f"rolled back the interrupted migration {REVISION}: "), out
+    assert dry["message"] == f"--abort would do this: {out['message']}"
+    if mode == "in-place":  # an --output run's says "rolls it back", and the command that resumes it
+        assert f"--abort: {out['message']}" in current["message"], current
+    assert file_digests(src) == original and siblings(path) == []
+    if mode == "output":
+        assert not path.exists()
+
+
+def test_a_run_to_another_layout_that_would_roll_back_a_changed_tree_is_refused(fresh, capsys, tmp_path: Path) -> None:
+    """``--to layout-1`` after an interrupted upgrade undoes the step as ``--abort`` does: the same proof,
+    the same refusal (the dry run says so too), and following the fix to finish first, it then goes back
+    from the new tree with the user's file in it."""
+    src, path, _ = _interrupted(fresh, tmp_path, "in-place", SWAPPED)
+    _add_file(path)
+    edited = file_digests(path)
+    rc, dry = run_json(capsys, str(path), "--to", "layout-1", "--dry-run")
+    assert rc == 1 and [f["code"] for f in dry["findings"] if f["severity"] == "error"] == ["migrate-refused"], dry
+    rc, out = run_json(capsys, str(path), "--to", "layout-1")
+    [refused] = [f for f in out["findings"] if f["severity"] == "error"]
+    assert rc == 1 and "notes.txt was created" in refused["message"], out
+    assert "this run goes to another layout" in refused["message"] and file_digests(path) == edited
+    rc, done = _follow(capsys, refused["fix"].split("or finish the migration instead: ")[1])
+    assert rc == 0 and file_digests(path) == edited and siblings(path) == []
+    rc, back = run_json(capsys, str(path), "--to", "layout-1")
+    assert rc == 0 and back["layout"] == "layout-1" and (path / "notes.txt").read_bytes() == b"what I found serving it\n"
