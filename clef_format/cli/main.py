@@ -92,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if not isinstance(exc, StreamUnwritable):
             raise
-        return _unwritable(exc, as_json)
+        return _unwritable(exc, as_json, command)
     finally:  # printing the outcome ignores Ctrl-C (one outcome only); a caller in-process gets it back
         gc.set_threshold(*thresholds)
         if argv is None and command in READ_ONLY:
@@ -165,16 +165,23 @@ def _discard(stream: str) -> None:
     os.close(devnull)
 
 
-def _unwritable(exc: Exception, as_json: bool) -> int:
+def _unwritable(exc: Exception, as_json: bool, finished: str | None = None) -> int:
     """stdout or stderr could not take the outcome: exit 2 ``unwritable``. The JSON object cannot reach
-    stdout, so one line goes to stderr; when stderr cannot take it either, the exit status alone says it."""
+    stdout, so one line goes to stderr; when stderr cannot take it either, the exit status alone says it.
+    ``finished``: the command whose run ended with this report; for one that writes (migrate, manifest,
+    example) the line says its work is done, so that exit 2 is not read as "nothing happened"."""
+    from clef_format.cli.commands import READ_ONLY
     from clef_format.cli.output import EXIT_COULD_NOT_RUN, StreamUnwritable, write
 
     stream = exc.stream if isinstance(exc, StreamUnwritable) else "stdout"
     _discard(stream)
     if stream == "stdout":
+        done = ""
+        if finished is not None and finished not in READ_ONLY and not getattr(exc, "before_work", False):
+            done = (f"; only the report was lost: {finished} ran to its end, and what it wrote is in place "
+                    "(clef-format verify shows the result)")
         try:
-            write(f"clef-format: unwritable: {exc}\n", "stderr")
+            write(f"clef-format: unwritable: {exc}{done}\n", "stderr")
         except (StreamUnwritable, BrokenPipeError):
             _discard("stderr")
     return EXIT_COULD_NOT_RUN

@@ -43,9 +43,10 @@ class StreamUnwritable(Exception):
     Not a ``CouldNotRun``: the outcome is known, only printing it failed; ``cli.main`` decides what
     can still be said (a one-line message on the other stream, or nothing)."""
 
-    def __init__(self, stream: str, reason: str) -> None:
+    def __init__(self, stream: str, reason: str, before_work: bool = False) -> None:
         super().__init__(f"cannot write to {stream}: {reason}")
         self.stream = stream
+        self.before_work = before_work  # refused up front (require_stdout): the command changed nothing
 
 
 def write(text: str, stream: str = "stdout") -> None:
@@ -90,7 +91,7 @@ def require_stdout(command: str) -> None:
                 reason = "it is open for reading only"
     if reason is not None:
         raise StreamUnwritable("stdout", f"{reason}; {command} reports what it did there, so it was refused before "
-                                         "changing anything (give it a stdout, e.g. >/dev/null)")
+                                         "changing anything (give it a stdout, e.g. >/dev/null)", before_work=True)
 
 
 def one_cause(report: Report) -> Report:

@@ -125,6 +125,23 @@ def test_stdout_unwritable_is_exit_2_with_one_line_on_stderr(ck: Path, kind: str
         assert len(lines) == 1 and lines[0].startswith("clef-format: unwritable: cannot write to stdout"), (argv, err)
 
 
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_a_writer_whose_report_is_lost_says_its_work_is_done(ck: Path, tmp_path: Path, as_json: bool) -> None:
+    """``migrate ... >/dev/full``: the disk of stdout fills only when the report is printed, after the
+    migration. Exit 2 (unwritable) then must not read as "nothing happened": the one stderr line says the
+    work is done, and it is. A command that writes nothing does not say so."""
+    src = tmp_path / "src"
+    shutil.copytree(ck, src)
+    rc, _, err = _run(["migrate", str(src), "--to", "layout-2", *(["--json"] if as_json else [])], stdout="full")
+    (line,) = err.splitlines()
+    assert rc == 2 and line.startswith("clef-format: unwritable: cannot write to stdout"), err
+    assert "only the report was lost: migrate ran to its end" in line, line
+    rc, out, _ = _run(["verify", str(src), "--json"])
+    assert json.loads(out)["layout"] == "layout-2"
+    rc, _, err = _run(["verify", str(src), *(["--json"] if as_json else [])], stdout="full")
+    assert rc == 2 and "ran to its end" not in err, err
+
+
 def _files(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
