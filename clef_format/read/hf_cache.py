@@ -37,6 +37,16 @@ def locate_checkpoint(path: str, cache_dir: str | None = None) -> str:
         from clef_format.read.paths import not_a_folder
 
         raise not_a_folder(path)
+    try:
+        os.stat(path)
+    except PermissionError as exc:  # there, or maybe there, but not ours to look at: not "no such directory"
+        from clef_format.errors import CouldNotRun
+
+        raise CouldNotRun(f"{path}: {exc.strerror}", code="unreadable",
+                          fix="check the permissions of the path and its parent folders (run as a user who can "
+                              "read them)") from None
+    except OSError:
+        pass
     if not re.match(_REPO_ID, path):
         raise PathNotFound(f"{path}: no such directory")
     repo_id, _, revision = path.partition("@")

@@ -241,3 +241,23 @@ def test_contract(command: str, cls: str, as_json: bool, built: Callable[..., Pa
         for p in tmp_path.rglob("*"):  # let pytest clean up what the case made unreadable
             if not p.is_symlink():
                 p.chmod(0o755)
+
+
+@pytest.mark.parametrize("command", ["verify", "layers", "manifest", "migrate"])
+def test_a_path_under_a_folder_that_cannot_be_entered_is_unreadable_not_missing(command: str, built, tmp_path: Path
+                                                                               ) -> None:
+    """``verify /proc/1/root/...`` or ``ck`` under a mode-000 folder: the path may well be there, only
+    not ours to see: ``unreadable`` (permission denied) with its fix, never "no such directory"."""
+    if os.geteuid() == 0 and not UNPRIVILEGED:
+        pytest.skip("running as root without setpriv: permissions cannot be enforced")
+    tmp_path.chmod(0o755)
+    locked = tmp_path / "locked"
+    shutil.copytree(built("layout-2"), locked / "ck")
+    locked.chmod(0)
+    try:
+        proc = _run([command, str(locked / "ck"), "--json"], {}, False)
+    finally:
+        locked.chmod(0o755)
+    payload = json.loads(proc.stdout)
+    assert proc.returncode == 2 and [f["code"] for f in payload["findings"]] == ["unreadable"], payload
+    assert "Permission denied" in payload["error"] and payload["findings"][0]["fix"], payload
