@@ -89,7 +89,8 @@ def test_layout_1_is_a_legacy_warning_whose_fix_migrates_this_path_to_layout_2(f
         "code": "legacy-layout", "severity": "warning",
         "message": "layout-1: BF16 tables inside the backbone; only clef-vllm < 0.2.0 serves it (the int8 layout-2 "
                    "tables take half the bytes on disk and in GPU memory)",
-        "fix": f"clef-format migrate {root} --to layout-2"}]
+        "fix": f"clef-format migrate {root} --to layout-2; the result is served only by clef-vllm>=0.2.0 (a "
+               "clef-vllm 0.1.x serves this layout-1 as it is: migrate when you upgrade the plugin)"}]
 
 
 def test_a_layout_1_backbone_lacking_lm_head_is_tables_missing_on_that_tensor(fresh) -> None:
