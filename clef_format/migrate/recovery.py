@@ -167,6 +167,10 @@ def _decide(target: Target, source_ck: Checkpoint | None, abort: bool, wanted: t
     if abort:
         return Decision(Action.REMOVE, f"rolled back the interrupted migration {what}; the checkpoint was never "
                                        "changed", journal)
+    filled = fsutil.output_written(target) if journal.in_place is False else []
+    if phase is Phase.STAGED and filled:  # the exchange would move what is there now into the workspace
+        return Decision(Action.REMOVE, f"rolled back the interrupted migration {what}: its --output {target.path} was "
+                                       f"made or filled since ({filled[0]}), and is kept as it is", journal)
     if phase is Phase.STAGED and source_ck is not None and journal.fingerprint == fingerprint(source_ck):
         return Decision(Action.SWAP, f"finished the interrupted migration {what} (its new tree was complete and "
                                      "verified)", journal)

@@ -22,10 +22,10 @@ from clef_format.migrate.crash import check_crash_env
 from clef_format.migrate.details import MigrateDraft, StepResult
 from clef_format.migrate.fsutil import TreeTooDeep
 from clef_format.migrate.preflight import carried_by_link, check_space, preflight, survey
-from clef_format.migrate.recovery import ANY_STEP, Action, carry_out
+from clef_format.migrate.recovery import ANY_STEP, Action, Decision, carry_out
 from clef_format.migrate.swap import CleanupIncomplete, SwapFailed
 from clef_format.migrate.tree_state import TreeState, snapshot
-from clef_format.migrate.workspace import Journal, Lock, Target, make_target, read_journal, workspace_owner
+from clef_format.migrate.workspace import Journal, Lock, Phase, Target, make_target, read_journal, workspace_owner
 from clef_format.migrate.plan import Plan
 from clef_format.progress import Progress
 from clef_format.read.checkpoint import Checkpoint, read_checkpoint
@@ -88,9 +88,21 @@ def _check_output(target: Target, root: str) -> None:
     if not os.path.isdir(target.parent):  # a usage slip, like a path that does not exist: exit 2
         raise UsageError(f"--output {target.path}: its parent folder {target.parent} does not exist",
                          fix=f"create {target.parent} first, or pick an --output in an existing folder")
-    if os.path.lexists(target.path) and read_journal(target) is None and not os.path.isdir(target.ws):
-        if not os.path.isdir(target.path) or os.listdir(target.path):
-            raise UsageError(f"--output {target.path} exists and is not an empty directory", fix="pick a new or empty directory")
+    if read_journal(target) is None and not os.path.isdir(target.ws):
+        _refuse_a_filled_output(target)
+
+
+def _never_swapped(decided: Decision | None) -> bool:
+    """Whether the interrupted run's journal proves it never swapped a tree in (it was staging, or staged
+    and rolled back): then nothing at its --output is its result."""
+    return (decided is not None and decided.journal is not None and decided.action in (Action.RESUME, Action.REMOVE)
+            and decided.journal.phase in (Phase.STAGING, Phase.STAGED))
+
+
+def _refuse_a_filled_output(target: Target) -> None:
+    """An --output must be new or an empty folder: what is there is someone's, and never the source."""
+    if os.path.lexists(target.path) and (not os.path.isdir(target.path) or os.listdir(target.path)):
+        raise UsageError(f"--output {target.path} exists and is not an empty directory", fix="pick a new or empty directory")
 
 
 def _refuse_cache(target: Target, ck: Checkpoint, display: str, opts: Options) -> None:
@@ -215,6 +227,8 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
                 report.layout = str(read_checkpoint(root).layout) if os.path.isdir(root) else None
                 return report.freeze("migrate")
             finished_output = False
+            if not target.in_place and _never_swapped(decided):  # the run put nothing there: what is there is someone's
+                _refuse_a_filled_output(target)
             if not target.in_place and os.path.isdir(target.path) and os.listdir(target.path):
                 target = Target(target.path, target.path, True)  # a recovered output: go on from there
                 finished_output = True

@@ -197,3 +197,34 @@ def test_a_run_to_another_layout_that_would_roll_back_a_changed_tree_is_refused(
     assert rc == 0 and file_digests(path) == edited and siblings(path) == []
     rc, back = run_json(capsys, str(path), "--to", "layout-1")
     assert rc == 0 and back["layout"] == "layout-1" and (path / "notes.txt").read_bytes() == b"what I found serving it\n"
+
+
+# -- an --output someone made or filled after the run was killed, before the swap --------------------------
+
+@pytest.mark.parametrize("point", ["stage:1", "swap:1"])
+@pytest.mark.parametrize("what", ["their-checkpoint", "a-notes-file"])
+def test_resuming_an_output_run_never_takes_or_deletes_what_is_at_the_output_now(fresh, tmp_path: Path,
+                                                                                  point: str, what: str) -> None:
+    """Killed while staging (``stage:1``) or staged but not swapped (``swap:1``): the --output was not made
+    yet. The user then makes it: their own checkpoint, or a folder with a file. Running the same migrate
+    again took the checkpoint for the run's own result and quantized it in place (staging), or swapped the
+    staged tree in and deleted the folder with the workspace (staged). Now it is refused as any filled
+    --output is, and every byte there is kept; the source is only read."""
+    from clef_format.fixtures.builders import build_checkpoint
+
+    src = fresh("layout-1")
+    source = file_digests(src)
+    out = tmp_path / "out"
+    proc = cli("migrate", str(src), "--output", str(out), "--json", env={CRASH_ENV: point})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    assert not out.exists()
+    if what == "their-checkpoint":
+        build_checkpoint(out, "layout-1", "fp8", num_layers=2)
+    else:
+        out.mkdir()
+        (out / "notes.txt").write_bytes(b"precious\n")
+    theirs = file_digests(out)
+    proc = cli("migrate", str(src), "--to", "layout-2", "--output", str(out), "--json")
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "exists and is not an empty directory" in proc.stdout, proc.stdout
+    assert file_digests(out) == theirs and file_digests(src) == source
