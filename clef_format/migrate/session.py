@@ -88,7 +88,7 @@ def _check_output(target: Target, root: str) -> None:
     if not os.path.isdir(target.parent):  # a usage slip, like a path that does not exist: exit 2
         raise UsageError(f"--output {target.path}: its parent folder {target.parent} does not exist",
                          fix=f"create {target.parent} first, or pick an --output in an existing folder")
-    if read_journal(target) is None and not os.path.isdir(target.ws):
+    if os.path.lexists(target.path) and read_journal(target) is None and not os.path.isdir(target.ws):
         _refuse_a_filled_output(target)
 
 
