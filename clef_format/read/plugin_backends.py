@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 
     from clef_format.read.checkpoint import Checkpoint
 
-from clef_format.read.plugin_files import PYPROJECT, Unread, parse_py, plugin_file, pyproject, table, text
+from clef_format.read.plugin_files import (PYPROJECT, Unread, parse_py, pep621_name_and_dynamic, plugin_file, pyproject,
+                                          table, text)
 from clef_format.spec.layouts import PLUGIN_DIR
 
 Found = tuple[str | None, str | None, str | None]  # (name, version, where)
@@ -66,12 +67,7 @@ def _project(ck: Checkpoint, backend: str) -> tuple[dict[str, Any], str | None, 
     project = table(pyproject(ck), "project")
     if not project:
         raise Unread(PYPROJECT, f"{PYPROJECT} has no [project] table: {backend} refuses to build it")
-    name = project.get("name") if isinstance(project.get("name"), str) else None
-    dynamic = project.get("dynamic")
-    is_dynamic = isinstance(dynamic, list) and "version" in dynamic
-    if "version" in project and is_dynamic:
-        raise Unread(PYPROJECT, f"{PYPROJECT} gives [project] version and lists it in dynamic: {backend} refuses "
-                                "to build it (PEP 621)")
+    name, is_dynamic = pep621_name_and_dynamic(project, backend)
     version = project.get("version")
     if "version" in project and not isinstance(version, str):
         raise Unread(PYPROJECT, f"{PYPROJECT} [project] version is not a string: {backend} refuses to build it")

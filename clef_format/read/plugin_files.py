@@ -149,6 +149,18 @@ def table(data: dict[str, Any], *keys: str) -> dict[str, Any]:
     return data
 
 
+def pep621_name_and_dynamic(project: dict[str, Any], backend: str) -> tuple[str | None, bool]:
+    """PEP 621's ``[project]``, as every backend reads it: (name, whether version is dynamic); a version
+    both given and listed in ``dynamic`` is refused by every backend, so it is ``Unread``."""
+    name = project.get("name") if isinstance(project.get("name"), str) else None
+    dynamic = project.get("dynamic")
+    is_dynamic = isinstance(dynamic, list) and "version" in dynamic
+    if "version" in project and is_dynamic:
+        raise Unread(PYPROJECT, f"{PYPROJECT} gives [project] version and lists it in dynamic: {backend} refuses "
+                                "to build it (PEP 621)")
+    return name, is_dynamic
+
+
 def parse_py(ck: Checkpoint, rel: str) -> ast.Module:
     source = text(ck, rel)
     try:

@@ -31,6 +31,7 @@ from clef_format.read.plugin_files import (
     first_assignment,
     literal,
     parse_py,
+    pep621_name_and_dynamic,
     plugin_file,
     pyproject,
     requirement_names,
@@ -164,12 +165,7 @@ def _from_pyproject(ck: Checkpoint) -> Found:
     project = data.get("project")
     if not isinstance(project, dict):
         return None, None, None  # no [project]: setup.cfg / setup.py say it
-    name = project.get("name") if isinstance(project.get("name"), str) else None
-    dynamic = project.get("dynamic")
-    is_dynamic = isinstance(dynamic, list) and "version" in dynamic
-    if "version" in project and is_dynamic:
-        raise Unread(PYPROJECT, f"{PYPROJECT} gives [project] version and lists it in dynamic: setuptools refuses "
-                                "to build it (PEP 621)")
+    name, is_dynamic = pep621_name_and_dynamic(project, "setuptools")
     if isinstance(project.get("version"), str):
         return name, project["version"], f"{PYPROJECT} ([project] version)"
     if not is_dynamic:
