@@ -183,6 +183,9 @@ def render_migrate(report: Report) -> str:
         lines.append(f"  revision {d.revision}" + (f"   interrupted run pending: {d.pending}" if d.pending else ""))
     for note in d.recovered:
         lines.append(f"  recovery {note}")
+    said = [d.message or ""] + [f.message for f in report.findings]
+    if d.dry_run and d.recovery and not any(d.recovery in text for text in said):  # foretold, as in the JSON
+        lines.append(f"  recovery not done yet; the run would do this first: {d.recovery}")
     for step in d.steps:
         lines.append("")
         lines.extend(_plan_lines(step.plan))

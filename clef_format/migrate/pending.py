@@ -13,7 +13,7 @@ import os
 
 from clef_format.errors import PathNotFound, Refused
 from clef_format.migrate.details import MigrateDraft
-from clef_format.migrate.recovery import Action, foretold, pending_decision, pending_recovery, recover
+from clef_format.migrate.recovery import Action, foretold, pending_decision, pending_recovery, recover, would_do
 from clef_format.migrate.workspace import (
     Lock,
     Target,
@@ -102,7 +102,7 @@ def resume_fix(target: Target, journal: Journal | None, display: str) -> str:
     back = f"clef-format migrate {quote_path(display)} --abort rolls it back"
     refused = pending_decision(target, None, abort=True, journal=journal) if journal is not None else None
     if refused is not None and refused.action is Action.REFUSE:  # the new tree at the output changed since
-        back = f"clef-format migrate {quote_path(display)} --abort: {foretold(refused)}"
+        back = would_do(f"clef-format migrate {quote_path(display)} --abort", foretold(refused), "rolls it back")
     if journal is None:  # before its journal was first written, or after its cleanup removed it
         done = os.path.isdir(target.path) and bool(os.listdir(target.path))
         return (f"clef-format migrate {quote_path(display)} --abort removes what it left (nothing in it is needed); "

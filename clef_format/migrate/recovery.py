@@ -210,6 +210,14 @@ def foretold(decided: Decision | None) -> str | None:
     return decided.note
 
 
+def would_do(command: str, said: str | None, otherwise: str) -> str:
+    """``command`` and what it would do about an interrupted run (``said``, from ``foretold``), said before it
+    is done: the notes are written as done, so they are introduced as what it would do."""
+    if said is None:
+        return f"{command} {otherwise}"
+    return f"{command} {said}" if said.startswith("would ") else f"{command} would do this: {said}"
+
+
 def pending_recovery(target: Target, source_ck: Checkpoint | None, abort: bool = False,
                      wanted: tuple[str, str] | None = ANY_STEP, journal: Journal | None | NotRead = NOT_READ) -> str | None:
     """What the next run (with ``abort``) will do about an interrupted one, said before doing it."""

@@ -99,10 +99,35 @@ def _never_swapped(decided: Decision | None) -> bool:
             and decided.journal.phase in (Phase.STAGING, Phase.STAGED))
 
 
+def _filled(target: Target) -> bool:
+    return os.path.lexists(target.path) and (not os.path.isdir(target.path) or bool(os.listdir(target.path)))
+
+
 def _refuse_a_filled_output(target: Target) -> None:
     """An --output must be new or an empty folder: what is there is someone's, and never the source."""
-    if os.path.lexists(target.path) and (not os.path.isdir(target.path) or os.listdir(target.path)):
+    if _filled(target):
         raise UsageError(f"--output {target.path} exists and is not an empty directory", fix="pick a new or empty directory")
+
+
+def _filled_output_refusal(target: Target, decided: Decision | None, display: str, output: str | None,
+                           dry_run: bool = False) -> UsageError | None:
+    """The refusal of a resumed --output run whose --output someone made or filled since the run was
+    killed (None: none). The journal proves the run never swapped a tree in, so what is there is theirs.
+    It says what became of the interrupted run's staged work (rolled back, or waiting in its workspace)
+    and, with ``dry_run``, that this is what the run would do. ``display`` and ``output`` are PATH and
+    --output as typed, for the fix."""
+    if target.in_place or not _never_swapped(decided) or not _filled(target):
+        return None
+    assert decided is not None  # _never_swapped
+    if decided.action is Action.REMOVE:
+        staged = f"; {'it would first have ' if dry_run else ''}{decided.note}"
+        fix = "pick a new or empty directory"
+    else:  # the staging waits in its workspace beside the --output: --abort removes it, the --output stays
+        staged = "; the interrupted run's staged work waits in its workspace beside it"
+        fix = (f"pick a new or empty directory; clef-format migrate {quote_path(display)} --abort --output "
+               f"{quote_path(output or target.path)} removes the staged work (the --output is kept)")
+    said = "this run would be refused: " if dry_run else ""
+    return UsageError(f"{said}--output {target.path} exists and is not an empty directory{staged}", fix=fix)
 
 
 def _refuse_cache(target: Target, ck: Checkpoint, display: str, opts: Options) -> None:
@@ -177,13 +202,14 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
             details.message = (f"an interrupted migrate into {display} waits ({pending.what(target, journal)}): "
                                f"{pending.resume_fix(target, journal, display)}")
         elif journal:
-            from clef_format.migrate.recovery import pending_recovery
+            from clef_format.migrate.recovery import pending_recovery, would_do
 
-            will = pending_recovery(target, ck, journal=journal) or "resumes its staging"
-            back = pending_recovery(target, ck, abort=True, journal=journal)
-            details.message = (f"an interrupted migrate waits ({pending.what(target, journal)}): clef-format "
-                               f"migrate {quote_path(display)} --to {journal.to_layout}: {will}; clef-format migrate "
-                               f"{quote_path(display)} --abort: {back}")
+            run = f"clef-format migrate {quote_path(display)}"
+            will = would_do(f"{run} --to {journal.to_layout}", pending_recovery(target, ck, journal=journal),
+                            "would resume its staging")
+            back = would_do(f"{run} --abort", pending_recovery(target, ck, abort=True, journal=journal),
+                            "would find nothing to roll back")
+            details.message = f"an interrupted migrate waits ({pending.what(target, journal)}): {will}; {back}"
         if holder is None and journal is None and (os.path.lexists(target.ws) or os.path.lexists(target.lock_path)):
             details.message = pending.litter_message(target, display)
         outputs = pending.outputs_beside(target.source) if target.in_place else []
@@ -227,8 +253,9 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
                 report.layout = str(read_checkpoint(root).layout) if os.path.isdir(root) else None
                 return report.freeze("migrate")
             finished_output = False
-            if not target.in_place and _never_swapped(decided):  # the run put nothing there: what is there is someone's
-                _refuse_a_filled_output(target)
+            refusal = _filled_output_refusal(target, decided, display, opts.output)  # the run put nothing there: it is someone's
+            if refusal is not None:
+                raise refusal
             if not target.in_place and os.path.isdir(target.path) and os.listdir(target.path):
                 target = Target(target.path, target.path, True)  # a recovered output: go on from there
                 finished_output = True
@@ -438,6 +465,10 @@ def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft)
         return report
     if opts.abort:  # --abort only deals with an interrupted run: say what it would do, and nothing else
         details.message = f"--abort would do this: {will}" if will else "no interrupted migration to roll back"
+        return report
+    refusal = _filled_output_refusal(target, decided, report.path, opts.output, dry_run=True)
+    if refusal is not None:  # the run would stop there, as it does: nothing else to plan
+        report.findings.append(error(refusal.code, str(refusal), fix=refusal.fix))
         return report
     route = _route(ck, opts.to)
     if not route:

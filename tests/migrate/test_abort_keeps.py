@@ -90,7 +90,7 @@ def test_an_abort_that_would_delete_changes_is_refused_and_moving_the_tree_away_
     edited = file_digests(path)
 
     rc, current = run_json(capsys, str(path), "--current")
-    assert rc == 0 and f"clef-format migrate {path} --abort: would be refused: " in current["message"], current
+    assert rc == 0 and f"clef-format migrate {path} --abort would be refused: " in current["message"], current
     rc, dry = run_json(capsys, str(path), "--abort", "--dry-run")
     assert rc == 1 and dry["message"].startswith("--abort would be refused: "), dry
     rc, out = run_json(capsys, str(path), "--abort")
@@ -174,7 +174,7 @@ def test_an_abort_of_an_unchanged_new_tree_restores_the_original_exactly(fresh, 
     assert rc == 0 and out["message"].startswith(f"rolled back the interrupted migration {REVISION}: "), out
     assert dry["message"] == f"--abort would do this: {out['message']}"
     if mode == "in-place":  # an --output run's says "rolls it back", and the command that resumes it
-        assert f"--abort: {out['message']}" in current["message"], current
+        assert f"--abort would do this: {out['message']}" in current["message"], current
     assert file_digests(src) == original and siblings(path) == []
     if mode == "output":
         assert not path.exists()
@@ -228,3 +228,60 @@ def test_resuming_an_output_run_never_takes_or_deletes_what_is_at_the_output_now
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert "exists and is not an empty directory" in proc.stdout, proc.stdout
     assert file_digests(out) == theirs and file_digests(src) == source
+    if point == "stage:1":  # the staged work waits beside the --output: the printed fix removes it
+        assert "staged work waits in its workspace" in proc.stdout, proc.stdout
+    else:  # rolled back on the way to the refusal, which says so
+        assert "rolled back the interrupted migration" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("point", ["stage:1", "swap:1"])
+def test_dry_run_foretells_the_refusal_of_a_filled_output_and_the_fix_removes_only_the_staged_work(
+        fresh, capsys, tmp_path: Path, point: str) -> None:
+    """``--dry-run`` planned the step as if the run would go ahead (``ok: true``), though the run then
+    stopped at the filled --output. Now it says the refusal, with the same code, exit status and fix, and
+    writes nothing; following its fix (``--abort --output OUT`` for the staging that waits) removes the
+    interrupted run's workspace and keeps the --output and the source."""
+    src = fresh("layout-1")
+    source = file_digests(src)
+    out = tmp_path / "out"
+    proc = cli("migrate", str(src), "--output", str(out), "--json", env={CRASH_ENV: point})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    out.mkdir()
+    (out / "notes.txt").write_bytes(b"precious\n")
+    left = siblings(out)
+    rc, dry = run_json(capsys, str(src), "--to", "layout-2", "--output", str(out), "--dry-run")
+    assert rc == 2 and dry["ok"] is False and dry["steps"] == [], dry
+    [finding] = dry["findings"]
+    assert finding["code"] == "usage-error", finding
+    assert finding["message"].startswith(f"this run would be refused: --output {out} exists and is not an empty "
+                                         "directory"), finding
+    assert siblings(out) == left and file_digests(out) == {"notes.txt": file_digests(out)["notes.txt"]}
+    rc, real = run_json(capsys, str(src), "--to", "layout-2", "--output", str(out))
+    assert rc == 2 and real["findings"][0]["code"] == "usage-error"
+    assert real["findings"][0]["fix"] == finding["fix"], (real, finding)
+    assert finding["message"].removeprefix("this run would be refused: ").split(";")[0] == \
+        real["findings"][0]["message"].split(";")[0]
+    if point == "stage:1":
+        assert siblings(out), "the staging waits in its workspace"
+        fix = finding["fix"].split("; ", 1)[1].removesuffix(" removes the staged work (the --output is kept)")
+        rc, done = _follow(capsys, fix)
+        assert rc == 0, done
+    assert siblings(out) == [] and (out / "notes.txt").read_bytes() == b"precious\n"
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"] and file_digests(src) == source
+
+
+def test_dry_run_in_text_says_the_recovery_the_run_would_do_first(fresh, capsys) -> None:
+    """The JSON of ``--dry-run`` carried the recovery a run would do first (``recovery``); its text said
+    nothing of it, and planned the step as if from scratch. Now the text says it, word for word what the
+    run then reports having done."""
+    from clef_format.cli.main import main
+
+    src = fresh("layout-1")
+    proc = cli("migrate", str(src), "--json", env={CRASH_ENV: "swap:1"})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    capsys.readouterr()
+    assert main(["migrate", str(src), "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    rc, out = run_json(capsys, str(src))
+    assert rc == 0 and out["recovered"], out
+    assert f"  recovery not done yet; the run would do this first: {out['recovered'][0]}\n" in text, text

@@ -68,7 +68,7 @@ def test_a_run_killed_in_cleanup_is_named_by_current_and_following_it_leaves_not
     if n < 3:
         assert out["pending"] == "0001_int8_tables upgrade (swapped)", out
         assert out["message"].startswith("an interrupted migrate waits") and (
-            f"clef-format migrate {root} --to layout-2: the interrupted migration" in out["message"]), out
+            f"clef-format migrate {root} --to layout-2 would do this: the interrupted migration" in out["message"]), out
         fix = f"clef-format migrate {root} --to layout-2"
     else:
         assert out["pending"] is None, out
