@@ -22,6 +22,10 @@ from clef_format.spec.layouts import PLUGIN_DIR  # the folder a release ships it
 #: Largest packaging or module file read (the real ones are a few KB).
 MAX_SOURCE_BYTES = 1024 * 1024
 PYPROJECT = f"{PLUGIN_DIR}/pyproject.toml"
+SETUP_PY = f"{PLUGIN_DIR}/setup.py"
+SETUP_CFG = f"{PLUGIN_DIR}/setup.cfg"
+#: The files pip's build of the folder reads first (which backend, and setuptools' own sources).
+PACKAGING_FILES = (PYPROJECT, SETUP_CFG, SETUP_PY)
 
 
 class Unread(Exception):
@@ -66,6 +70,17 @@ def text(ck: Checkpoint, rel: str) -> str:
         raise Unread(rel, f"{rel} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
+def never_read(ck: Checkpoint, rel: str) -> str | None:
+    """Why ``rel``, there in the folder, was never opened (its own reading finding says so: a symlink
+    leading outside the checkpoint, a FIFO or device), or None: what it states is then not known, which
+    is not the same as stating nothing."""
+    if rel in ck.escaped:
+        return f"{rel} is a symlink leading outside the checkpoint, never read (path-escape): what it states is not known"
+    if rel in ck.special:
+        return f"{rel} is not a regular file, never opened (special-file): what it states is not known"
+    return None
+
+
 def plugin_file(ck: Checkpoint, named: object, via: str, what: str = "file") -> str:
     """The checkpoint-relative path of a file a packaging setting names relative to ``vllm_plugin/``
     (``./x`` is ``x``); ``Unread`` when it is no string, leaves the folder or is not there (the build
@@ -75,6 +90,9 @@ def plugin_file(ck: Checkpoint, named: object, via: str, what: str = "file") -> 
     if named.strip().startswith("/"):
         raise Unread(via.split(" ")[0], f"{via} names {named!r}, a path outside {PLUGIN_DIR}/")
     rel = posixpath.normpath(f"{PLUGIN_DIR}/{named.strip()}")
+    why = never_read(ck, rel)
+    if why is not None:
+        raise Unread(rel, f"{via} names {named!r}: {why}")
     if not rel.startswith(PLUGIN_DIR + "/") or rel not in ck.files:
         raise Unread(via.split(" ")[0], f"{via} names {named!r}, which is not a {what} in {PLUGIN_DIR}/")
     return rel

@@ -25,11 +25,14 @@ if TYPE_CHECKING:
 
 from clef_format.read.plugin_files import (
     PYPROJECT,
+    SETUP_CFG,
+    SETUP_PY,
     Unread,
     canonical_name,
     constants,
     first_assignment,
     literal,
+    never_read,
     parse_py,
     pep621_name_and_dynamic,
     plugin_file,
@@ -48,8 +51,6 @@ SCM_PLUGINS = {"setuptools-scm": "setuptools_scm", "setuptools-git-versioning": 
                "versioningit": "versioningit"}
 #: ``setup(...)`` keywords those plugins read.
 SCM_KEYWORDS = ("use_scm_version", "setuptools_git_versioning", "versioningit")
-SETUP_PY = f"{PLUGIN_DIR}/setup.py"
-SETUP_CFG = f"{PLUGIN_DIR}/setup.cfg"
 
 Found = tuple[str | None, str | None, str | None]  # (name, version, where)
 
@@ -129,6 +130,9 @@ def _module_file(ck: Checkpoint, dotted: str) -> str | None:
         rel = posixpath.normpath(rel)
         if not rel.startswith(PLUGIN_DIR + "/"):
             return None
+        why = never_read(ck, rel)
+        if why is not None:  # there, but what it states is not known: not "no such module"
+            raise Unread(rel, why)
         if rel in ck.files:
             return rel
     return None

@@ -19,7 +19,7 @@ TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to
 if TYPE_CHECKING:
     from clef_format.read.checkpoint import Checkpoint
 
-from clef_format.read.plugin_files import PYPROJECT, Unread, canonical_name
+from clef_format.read.plugin_files import PACKAGING_FILES, PYPROJECT, Unread, canonical_name, never_read
 from clef_format.records import Record
 from clef_format.spec.layouts import PLUGIN_DIR  # the folder a release ships its plugin in
 
@@ -70,6 +70,10 @@ def read_bundled_plugin(ck: Checkpoint) -> BundledPlugin | None:
             return BundledPlugin(PLUGIN_DIR, None, f"{PLUGIN_DIR} is not a folder (pip install ./{PLUGIN_DIR} "
                                                    "cannot install a plugin from it)")
         return None
+    for rel in PACKAGING_FILES:  # the files pip's build reads first, there but never opened
+        why = never_read(ck, rel)
+        if why is not None:
+            return BundledPlugin(rel, None, why)
     try:
         name, version, where = _read(ck)
     except Unread as exc:

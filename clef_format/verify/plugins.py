@@ -103,10 +103,14 @@ def bundled_findings(ck: Checkpoint, path: str) -> tuple[list[Finding], list[Plu
     if plugin.version is None or not _valid(plugin.version):
         note = plugin.note or f"{plugin.where} gives {plugin.version!r}, which is not a PEP 440 version"
         row = row._replace(note=note)
+        if ck.reported(plugin.file):  # pip's build would read it too (and wait forever on a FIFO)
+            unread_fix = f"replace {plugin.file} with the real file (re-download it), then clef-format verify {quote_path(path)} again"
+        else:
+            unread_fix = (f"check the version pip reports after pip install {plugin_dir_of(ck, path)} "
+                          f"(clef-format verify {quote_path(path)} then checks the installed one)")
         return [warning("bundled-plugin-unread", f"the version of the plugin shipped in {PLUGIN_DIR}/ could not be "
                         f"read: {note}; whether it can serve these weights is not known", file=plugin.file,
-                        fix=f"check the version pip reports after pip install {plugin_dir_of(ck, path)} "
-                            f"(clef-format verify {quote_path(path)} then checks the installed one)")], [row]
+                        fix=unread_fix)], [row]
     problem = _pair(ck, plugin.version, path)
     row = row._replace(can_serve=problem is None)
     if problem is None or problem[0] != "plugin-incompatible":

@@ -378,6 +378,40 @@ def test_hostile_plugin_files_are_a_note_never_a_traceback(releases, tmp_path, c
     assert proc.returncode == (1 if case == "symlink-out" else 0)  # path-escape is the error there
 
 
+@pytest.mark.parametrize("case", ["pyproject-symlink-out", "pyproject-fifo", "setup-cfg-fifo", "attr-module-symlink-out"])
+def test_a_packaging_file_never_read_is_named_as_unread_not_as_stating_nothing(releases, tmp_path, case):
+    """A ``pyproject.toml`` that is a symlink out of the checkpoint or a FIFO is never opened (its own
+    finding says so); the plugin's note said the folder "declares no package name", as if the file stated
+    nothing, and its fix was to ``pip install`` the folder, whose build reads the same file (and waits
+    forever on a FIFO). Now the note names the file and why it was not read, and the fix is to replace it."""
+    import shutil
+
+    kind = {"setup-cfg-fifo": "setup-cfg", "attr-module-symlink-out": "pyproject-attr"}.get(case, "pyproject")
+    root = tmp_path / "clef"
+    shutil.copytree(releases("layout-2", "0.2.1", kind), root)
+    plugin = root / "vllm_plugin"
+    rel = {"pyproject-symlink-out": "pyproject.toml", "pyproject-fifo": "pyproject.toml",
+           "setup-cfg-fifo": "setup.cfg", "attr-module-symlink-out": "clef_vllm/__init__.py"}[case]
+    if case.endswith("symlink-out"):
+        outside = tmp_path / "outside"
+        shutil.copy(plugin / rel, outside)
+        (plugin / rel).unlink()
+        (plugin / rel).symlink_to(outside)
+        why, code = "is a symlink leading outside the checkpoint, never read (path-escape)", "path-escape"
+    else:
+        (plugin / rel).unlink(missing_ok=True)
+        os.mkfifo(plugin / rel)
+        why, code = "is not a regular file, never opened (special-file)", "special-file"
+    proc = run_cli("verify", str(root), "--json")
+    payload = json.loads(proc.stdout)
+    [bundled] = [r for r in payload["plugins"] if r["source"] == "bundled"]
+    [unread] = [f for f in payload["findings"] if f["code"] == "bundled-plugin-unread"]
+    assert bundled["version"] is None and f"vllm_plugin/{rel} {why}" in bundled["note"], bundled
+    assert unread["file"] == f"vllm_plugin/{rel}" and "declares no package name" not in unread["message"], unread
+    assert unread["fix"].startswith(f"replace vllm_plugin/{rel} with the real file"), unread
+    assert code in {f["code"] for f in payload["findings"]} and proc.returncode == 1
+
+
 def test_mini_toml_reader_of_python_3_10_reads_what_tomllib_reads(releases):
     import tomllib
 
