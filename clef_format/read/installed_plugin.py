@@ -98,6 +98,10 @@ def installed_here() -> InstalledPlugin:
     return InstalledPlugin("installed", sys.executable, dist.version, str(dist.locate_file("")))
 
 
+#: How often the output loop looks whether the program has exited (its children may keep the pipes open).
+_EXITED_POLL_S = 0.05
+
+
 def _run_bounded(argv: list[str], cwd: str) -> tuple[int | None, bytes, bytes]:
     """Run ``argv`` for at most ``PYTHON_TIMEOUT_S`` seconds, keeping at most ``MAX_ANSWER_BYTES`` of each
     output (a program that says more is stopped: an answer is one short line); the exit status is
@@ -123,7 +127,10 @@ def _run_bounded(argv: list[str], cwd: str) -> tuple[int | None, bytes, bytes]:
                 if left <= 0:
                     timed_out = True
                     break
-                for key, _ in sel.select(timeout=left):
+                events = sel.select(timeout=min(left, _EXITED_POLL_S))
+                if not events and proc.poll() is not None:
+                    break  # it has exited and said all it had: a child left holding the pipes is not waited for
+                for key, _ in events:
                     chunk = os.read(key.fd, 65536)
                     if not chunk:
                         sel.unregister(key.fileobj)

@@ -512,6 +512,27 @@ def test_python_option_checks_another_environment(releases, installed, tmp_path)
     assert "installed in the environment of --python" in f["message"] and "layout-1" in f["message"]
 
 
+def test_a_python_whose_child_keeps_the_pipes_open_is_read_when_it_exits(releases, tmp_path):
+    """A ``--python`` that answers and exits, leaving a background child holding its stdout and stderr (a
+    wrapper script starting a daemon): verify waited for the pipes to close, until its 20 s limit, and
+    then said the interpreter did not answer. Now what the program said when it exited is its answer,
+    and the child is killed with its process group."""
+    env = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False).create(env)
+    site = Path(subprocess.run([str(env / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()"
+                                "['purelib'])"], capture_output=True, text=True, check=True).stdout.strip())
+    pip_install(releases("layout-2", "0.2.1") / "vllm_plugin", site)
+    wrapper = tmp_path / "python-wrapper"
+    wrapper.write_text(f"#!/bin/sh\nsleep 60 &\nexec {env / 'bin' / 'python'} \"$@\"\n")
+    wrapper.chmod(0o755)
+    proc = run_cli("verify", str(releases("layout-2", "0.2.1")), "--json", "--python", str(wrapper))
+    payload = json.loads(proc.stdout)
+    row = payload["plugins"][-1]
+    assert proc.returncode == 0 and payload["findings"] == [], payload
+    assert (row["source"], row["version"], row["can_serve"]) == ("python", "0.2.1", True), row
+    assert row["where"].startswith(f"{wrapper}: "), row
+
+
 def test_an_install_fix_for_another_environment_names_its_pip(releases, installed, tmp_path):
     """The fix of a plugin --python found unable to serve installs into that environment (``PY -m pip``), not
     with whichever pip is first on PATH, and names a registry install as such (not "shipped")."""
