@@ -104,7 +104,8 @@ def bundled_findings(ck: Checkpoint, path: str) -> tuple[list[Finding], list[Plu
         note = plugin.note or f"{plugin.where} gives {plugin.version!r}, which is not a PEP 440 version"
         row = row._replace(note=note)
         if ck.reported(plugin.file):  # pip's build would read it too (and wait forever on a FIFO)
-            unread_fix = f"replace {plugin.file} with the real file (re-download it), then clef-format verify {quote_path(path)} again"
+            unread_fix = (f"replace {plugin.file} with the real file (re-download it), then clef-format verify "
+                          f"{quote_path(path)} again")
         else:
             unread_fix = (f"check the version pip reports after pip install {plugin_dir_of(ck, path)} "
                           f"(clef-format verify {quote_path(path)} then checks the installed one)")
