@@ -19,12 +19,37 @@ from clef_format.errors import CouldNotRun, UsageError
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
+    import argparse
     from typing import Sequence
 
-def _path_arg(args_in: list[str], command: str | None) -> str | None:
-    """PATH as typed, for the report of a command whose arguments did not parse."""
+def _path_arg(args_in: list[str], command: str | None, takes_value: frozenset[str] = frozenset()) -> str | None:
+    """PATH as typed, for the report of a command whose arguments did not parse: the first word after
+    the command that is no option and no option's value (``--output out src``: ``src``; ``takes_value``
+    names the options that take one, when the parser is built)."""
     rest = args_in[args_in.index(command) + 1:] if command in args_in else []
-    return next((a for a in rest if not a.startswith("-")), None)
+    value_next = False  # the word is the value of the option before it
+    for i, word in enumerate(rest):
+        if value_next:
+            value_next = False
+            continue
+        if word == "--":  # everything after it is positional
+            return rest[i + 1] if i + 1 < len(rest) else None
+        if word.startswith("-"):
+            value_next = word in takes_value
+            continue
+        return word
+    return None
+
+
+def _value_options(parser: argparse.ArgumentParser, command: str | None) -> frozenset[str]:
+    """The option strings of ``command`` that take a value (``--output``, not ``--json``)."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            sub = action.choices[command]
+            return frozenset(s for a in sub._actions if a.nargs != 0 for s in a.option_strings)
+    return frozenset()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -35,6 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     as_json = any(a == "--json" or a.startswith("--json=") for a in args_in)  # --json=1 is a usage error, in JSON
     path = _path_arg(args_in, command)
     sigint = None
+    parser: argparse.ArgumentParser | None = None
+    parsed = False
     thresholds = gc.get_threshold()
     # Reading a 9B header builds thousands of long-lived records; at the default threshold (700) the
     # collector scans them dozens of times and frees nothing (measured: about 4% of verify; at 20,000
@@ -57,6 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout = shown  # (contextlib.redirect_stdout, without importing contextlib)
             try:
                 args = parser.parse_args(args_in)
+                parsed = True
             finally:
                 sys.stdout = stdout
         except SystemExit as exc:
@@ -77,6 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         module = import_module(f"clef_format.cli.commands.{COMMANDS[args.command][0]}")
         return int(module.run(args))
     except CouldNotRun as exc:
+        if parser is not None and not parsed:  # PATH as typed: the options' values are known now
+            path = _path_arg(args_in, command, _value_options(parser, command))
         return _could_not_run(command, path, exc, as_json, args_in)
     except KeyboardInterrupt:
         return _could_not_run(command, path, CouldNotRun(

@@ -292,6 +292,20 @@ def test_an_empty_option_value_is_a_usage_error(command: str, opt: str, ck: Path
     assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.parametrize("command,opt", [(c, o) for c, o in _value_options() if c in PATH_COMMANDS],
+                         ids=[f"{c} {o}" for c, o in _value_options() if c in PATH_COMMANDS])
+def test_a_report_of_arguments_that_did_not_parse_names_the_path_not_an_option_value(
+        command: str, opt: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``migrate --output out src --bogus``: the report named ``out`` (the first word not starting with
+    ``-``) as PATH. Now an option's value is skipped, as argparse skips it, and PATH is ``src``; after
+    ``--`` the next word is PATH."""
+    for argv in ([command, opt, "value1", "my-ck", "--bogus"], [command, f"{opt}=value1", "my-ck", "--bogus"],
+                 [command, opt, "value1", "--bogus", "--", "my-ck"]):
+        rc, out, _ = _in_process(capsys, [*argv, "--json"])
+        payload = json.loads(out)
+        assert rc == 2 and payload["path"] == "my-ck", (argv, payload)
+
+
 @pytest.mark.parametrize("argv", [["--bogus"], ["verify"], ["verify", "x", "--bogus"], ["migrate", "x", "--to", "nope"],
                                   ["scan", "--jobs", "0"], ["verify", "x", "--python"], ["layers", "x", "--vllm-version", "1"]])
 def test_a_usage_error_is_said_once_with_one_prefix(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
