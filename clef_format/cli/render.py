@@ -184,7 +184,7 @@ def render_migrate(report: Report) -> str:
     for note in d.recovered:
         lines.append(f"  recovery {note}")
     said = [d.message or ""] + [f.message for f in report.findings]
-    if d.dry_run and d.recovery and not any(d.recovery in text for text in said):  # foretold, as in the JSON
+    if d.dry_run and d.recovery and report.ok and not any(d.recovery in text for text in said):  # as in the JSON
         lines.append(f"  recovery not done yet; the run would do this first: {d.recovery}")
     for step in d.steps:
         lines.append("")

@@ -11,6 +11,7 @@ from clef_format.errors import MigrateRefused
 from clef_format.migrate.plan import Plan
 from clef_format.migrate.tree_state import Identity, TreeState
 from clef_format.migrate.workspace import Target, foreign_lock
+from clef_format.shell import quote_path
 
 
 _SPECIAL = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
@@ -214,12 +215,22 @@ def preflight(target: Target, plan: Plan | None, snapshot: bool, check_lock: boo
         ro = bool(os.statvfs(parent).f_flag & os.ST_RDONLY)
     except OSError:
         ro = False
+    name = os.path.basename(target.path)
+    # an interrupted run's workspace waits there: only a writable parent lets a run resume or roll it back
+    waits = (f"the interrupted migrate waiting beside {name} (its workspace {target.ws}) can be neither resumed "
+             "nor rolled back; nothing was written") if os.path.isdir(target.ws) else None
     if ro:
-        out.append(MigrateRefused(f"{parent} is on a read-only filesystem; nothing was written", use_output))
+        out.append(MigrateRefused(f"{parent} is on a read-only filesystem; " + (waits or "nothing was written"),
+                                  "remount it read-write, then run the same command again" if waits else use_output))
     elif not os.access(parent, os.W_OK | os.X_OK):
-        out.append(MigrateRefused(f"{parent} is read-only for this user: the workspace and lock beside "
-                                  f"{os.path.basename(target.path)} cannot be created; nothing was written",
-               use_output if target.in_place else "pick a writable --output"))
+        if waits:
+            out.append(MigrateRefused(f"{parent} is read-only for this user: {waits}",
+                                      f"make {parent} writable for this user (as its owner: chmod u+w "
+                                      f"{quote_path(parent)}), then run the same command again"))
+        else:
+            out.append(MigrateRefused(f"{parent} is read-only for this user: the workspace and lock beside {name} "
+                                      "cannot be created; nothing was written",
+                                      use_output if target.in_place else "pick a writable --output"))
     if exists:
         from clef_format.migrate.tree_state import is_mount_point
 

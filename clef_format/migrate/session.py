@@ -248,7 +248,7 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
                 details.recovered.append(note)
                 report.findings.append(info("migrate-recovered", note))
             if opts.abort:
-                details.message = note or "no interrupted migration to roll back"
+                details.message = note or _nothing_to_abort(target, display)
                 # an --output the run had created is gone again: nothing is there to have a layout
                 report.layout = str(read_checkpoint(root).layout) if os.path.isdir(root) else None
                 return report.freeze("migrate")
@@ -337,6 +337,22 @@ def _refuse_another_source(target: Target, display: str, journal: Journal | None
                          f"waits there, not one from {display}; nothing was changed",
       f"clef-format migrate {quote_path(journal.source)} --to {journal.to_layout} --output {quote_path(target.path)} "
       f"finishes it, or clef-format migrate {quote_path(target.path)} --abort rolls it back; then run this again")
+
+
+def _nothing_to_abort(target: Target, display: str) -> str:
+    """``--abort`` with nothing interrupted at its target, naming the interrupted runs of the same source
+    elsewhere (in place beside PATH, or into an --output beside it): the ``--abort`` that rolls each back."""
+    from clef_format.migrate import pending
+
+    said = "no interrupted migration to roll back" + ("" if target.in_place else f" into --output {target.path}")
+    waiting = [(t, j, f"clef-format migrate {quote_path(display)} --abort --output {quote_path(t.path)}")
+               for t, j in pending.outputs_beside(target.source) if t.path != target.path]
+    in_place = make_target(target.source, None)
+    journal = None if target.in_place else read_journal(in_place)
+    if journal is not None:
+        waiting.insert(0, (in_place, journal, f"clef-format migrate {quote_path(display)} --abort"))
+    return "; ".join([said] + [f"an interrupted migrate {'into ' + t.path if not t.in_place else 'in place'} waits "
+                               f"({pending.what(t, j)}): {cmd} rolls it back" for t, j, cmd in waiting])
 
 
 def _nothing_message(target: Target, opts: Options, display: str, recovered: bool = False) -> str:
@@ -464,7 +480,11 @@ def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft)
             details.message = said
         return report
     if opts.abort:  # --abort only deals with an interrupted run: say what it would do, and nothing else
-        details.message = f"--abort would do this: {will}" if will else "no interrupted migration to roll back"
+        details.message = f"--abort would do this: {will}" if will else _nothing_to_abort(target, report.path)
+        problems = preflight(target, None, ck.hf_snapshot, check_lock=True) if will else []
+        for problem in problems[:1]:  # the abort stops at the first, as the run does
+            report.findings.append(error(problem.code, problem.message, fix=problem.fix))
+            details.message = f"--abort would be refused: {problem.message}"
         return report
     refusal = _filled_output_refusal(target, decided, report.path, opts.output, dry_run=True)
     if refusal is not None:  # the run would stop there, as it does: nothing else to plan

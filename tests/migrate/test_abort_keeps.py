@@ -285,3 +285,89 @@ def test_dry_run_in_text_says_the_recovery_the_run_would_do_first(fresh, capsys)
     rc, out = run_json(capsys, str(src))
     assert rc == 0 and out["recovered"], out
     assert f"  recovery not done yet; the run would do this first: {out['recovered'][0]}\n" in text, text
+
+
+# -- an interrupted run the user cannot reach from where they are ------------------------------------------
+
+def _unprivileged(*argv: str) -> tuple[int, dict]:
+    """``clef-format migrate ARGV --json`` with the permission checks of an ordinary user (root drops
+    CAP_DAC_OVERRIDE with setpriv)."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.support.migrate import ROOT
+
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() == 0 and not setpriv:
+        pytest.skip("root without setpriv: permissions are not enforced")
+    prefix = [setpriv, "--bounding-set=-dac_override,-dac_read_search", "--"] if os.geteuid() == 0 else []
+    proc = subprocess.run([*prefix, sys.executable, "-m", "clef_format.cli", "migrate", *argv, "--json"],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("args", [(), ("--abort",), ("--abort", "--dry-run"), ("--dry-run",)])
+def test_a_read_only_parent_with_an_interrupted_run_says_so_and_its_fix_works(fresh, capsys, args) -> None:
+    """Killed while staging in place; then the folder holding the checkpoint became read-only. The run
+    (and ``--abort``) said the workspace "cannot be created" and to use ``--output DIR``, which leaves the
+    interrupted run where it is, and ``--abort --dry-run`` foretold a rollback the real ``--abort`` refuses.
+    Now each names the interrupted run and the fix is to make the folder writable; followed, the same
+    command goes on, and nothing of the source is lost."""
+    src = fresh("layout-1")
+    source = file_digests(src)
+    proc = cli("migrate", str(src), "--json", env={CRASH_ENV: "stage:1"})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    left = siblings(src)
+    parent = src.parent
+    parent.chmod(0o555)
+    try:
+        rc, out = _unprivileged(str(src), *args)
+    finally:
+        parent.chmod(0o755)
+    assert rc == 1, out
+    [refusal] = [f for f in out["findings"] if f["severity"] == "error"]
+    assert refusal["code"] == "migrate-refused" and refusal["message"] == (
+        f"{parent} is read-only for this user: the interrupted migrate waiting beside {src.name} (its workspace "
+        f"{parent}/.{src.name}.clef-migrate) can be neither resumed nor rolled back; nothing was written"), refusal
+    assert refusal["fix"] == (f"make {parent} writable for this user (as its owner: chmod u+w {parent}), then run "
+                              "the same command again"), refusal
+    assert siblings(src) == left and file_digests(src) == source
+    rc, done = _unprivileged(str(src), *args)  # the folder is writable again: the fix followed
+    assert rc == 0 and not [f for f in done["findings"] if f["severity"] == "error"], done
+    if args == ("--abort",):
+        assert siblings(src) == [] and file_digests(src) == source
+    elif args == ():
+        assert siblings(src) == [] and verified(src)[:2] == ("layout-2", True)
+
+
+def test_an_abort_of_another_target_names_the_interrupted_run_and_the_abort_that_rolls_it_back(
+        fresh, capsys, tmp_path: Path) -> None:
+    """``--abort --output DIR`` (DIR never used) said only "no interrupted migration to roll back", while
+    an in-place run of the same checkpoint waited; and the other way round. Now it names the waiting run
+    and the command that rolls it back, which does."""
+    src = fresh("layout-1")
+    proc = cli("migrate", str(src), "--json", env={CRASH_ENV: "stage:1"})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    other = tmp_path / "elsewhere"
+    for extra in ((), ("--dry-run",)):
+        rc, out = run_json(capsys, str(src), "--abort", "--output", str(other), *extra)
+        said, cmd = out["message"].rsplit(": ", 1)
+        assert rc == 0 and said.startswith(f"no interrupted migration to roll back into --output {other}; an "
+                                           "interrupted migrate in place waits ("), out
+        assert cmd == f"clef-format migrate {src} --abort rolls it back" and siblings(src), out
+    rc, done = _follow(capsys, cmd.removesuffix(" rolls it back"))
+    assert rc == 0 and done["message"].startswith("rolled back the interrupted migration") and siblings(src) == []
+
+    out_dir = tmp_path / "out"
+    proc = cli("migrate", str(src), "--output", str(out_dir), "--json", env={CRASH_ENV: "stage:1"})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    rc, out = run_json(capsys, str(src), "--abort")
+    said, cmd = out["message"].rsplit(": ", 1)
+    assert rc == 0 and said.startswith(f"no interrupted migration to roll back; an interrupted migrate into {out_dir} "
+                                       "waits ("), out
+    assert cmd == f"clef-format migrate {src} --abort --output {out_dir} rolls it back", out
+    rc, done = _follow(capsys, cmd.removesuffix(" rolls it back"))
+    assert rc == 0 and siblings(out_dir) == [] and not out_dir.exists(), done
