@@ -13,7 +13,16 @@ import os
 
 from clef_format.errors import PathNotFound, Refused
 from clef_format.migrate.details import MigrateDraft
-from clef_format.migrate.recovery import Action, foretold, pending_decision, pending_recovery, recover, would_do
+from clef_format.migrate.recovery import (
+    Action,
+    foretold,
+    pending_decision,
+    pending_recovery,
+    pending_said,
+    phase_said,
+    recover,
+    would_do,
+)
 from clef_format.migrate.workspace import (
     Lock,
     Target,
@@ -70,7 +79,7 @@ def what(target: Target, journal: Journal | None) -> str:
             return (f"{target.ws} holds no journal but holds what no migrate run leaves there "
                     f"({', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''})")
         return "its workspace holds no journal: nothing in it was needed"
-    return f"{journal.revision} {journal.direction} from {journal.source}, {journal.phase_name}"
+    return f"{journal.revision} {journal.direction} from {journal.source}, {phase_said(target, journal)}"
 
 
 def running_message(target: Target, journal: Journal | None, display: str, holder: str) -> str:
@@ -134,7 +143,7 @@ def report_interrupted(target: Target, journal: Journal | None, display: str, *,
         from clef_format.migrate.workspace import lock_holder
 
         details.revision = None
-        details.pending = journal.pending() if journal else None
+        details.pending = pending_said(target, journal)
         holder = lock_holder(target)
         if holder is not None:
             details.message = running_message(target, journal, display, holder)

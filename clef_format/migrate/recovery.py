@@ -210,6 +210,20 @@ def foretold(decided: Decision | None) -> str | None:
     return decided.note
 
 
+def phase_said(target: Target, journal: Journal) -> str:
+    """The phase of an interrupted run as ``--current`` and ``--dry-run`` say it: the journal's, except that a
+    run killed between its exchange and the journal's next write is said as swapped (its new tree is at
+    the target, which is what its recovery goes by)."""
+    if journal.phase is Phase.STAGED and was_swapped(target, journal):
+        return f"{Phase.SWAPPED.value}; its journal still said {Phase.STAGED.value}"
+    return journal.phase_name
+
+
+def pending_said(target: Target, journal: Journal | None) -> str | None:
+    """``REVISION DIRECTION (PHASE)``: what waits (None: nothing), the phase as ``phase_said`` says it."""
+    return None if journal is None else f"{journal.revision} {journal.direction} ({phase_said(target, journal)})"
+
+
 def would_do(command: str, said: str | None, otherwise: str) -> str:
     """``command`` and what it would do about an interrupted run (``said``, from ``foretold``), said before it
     is done: the notes are written as done, so they are introduced as what it would do."""

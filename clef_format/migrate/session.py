@@ -22,7 +22,7 @@ from clef_format.migrate.crash import check_crash_env
 from clef_format.migrate.details import MigrateDraft, StepResult
 from clef_format.migrate.fsutil import TreeTooDeep
 from clef_format.migrate.preflight import carried_by_link, check_space, preflight, survey
-from clef_format.migrate.recovery import ANY_STEP, Action, Decision, carry_out
+from clef_format.migrate.recovery import ANY_STEP, Action, Decision, carry_out, pending_said
 from clef_format.migrate.swap import CleanupIncomplete, SwapFailed
 from clef_format.migrate.tree_state import TreeState, snapshot
 from clef_format.migrate.workspace import Journal, Lock, Phase, Target, make_target, read_journal, workspace_owner
@@ -187,7 +187,7 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
     if opts.current:
         journal = read_journal(target)
         details.revision = migrations.revision_of(str(ck.layout))
-        details.pending = journal.pending() if journal else None
+        details.pending = pending_said(target, journal)
         from clef_format.migrate import pending
 
         from clef_format.verify.checks.layout import check_layout
@@ -512,7 +512,7 @@ def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft)
                                              "removed": [], "carried": 0, "bytes_carried": 0,
                                              "notes": ["planned after the previous step has run"]}))
     if journal:
-        details.pending = journal.pending()
+        details.pending = pending_said(target, journal)
     return report
 
 

@@ -317,10 +317,6 @@ class Journal:
     def phase_name(self) -> str:
         return "unknown" if self.phase is None else self.phase.value
 
-    def pending(self) -> str:
-        """``REVISION DIRECTION (PHASE)``: what ``--current`` says waits."""
-        return f"{self.revision} {self.direction} ({self.phase_name})"
-
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"version": self.version, "revision": self.revision, "direction": self.direction,
                                "from": self.from_layout, "to": self.to_layout, "source": self.source,

@@ -371,3 +371,19 @@ def test_an_abort_of_another_target_names_the_interrupted_run_and_the_abort_that
     assert cmd == f"clef-format migrate {src} --abort --output {out_dir} rolls it back", out
     rc, done = _follow(capsys, cmd.removesuffix(" rolls it back"))
     assert rc == 0 and siblings(out_dir) == [] and not out_dir.exists(), done
+
+
+@pytest.mark.parametrize("mode", ["in-place", "output"])
+def test_a_run_killed_right_after_its_exchange_is_said_as_swapped(fresh, capsys, tmp_path: Path, mode: str) -> None:
+    """Killed after the exchange, before its journal said so (``swap:2``): ``--current`` and ``--dry-run``
+    said it waits "staged", while its new tree is at PATH and its recovery treats it as swapped (the abort
+    puts the original back; a run finishes its cleanup). Now both say swapped, and that the journal
+    still said staged."""
+    _, path, _ = _interrupted(fresh, tmp_path, mode, STAGED)
+    said = f"{REVISION} (swapped; its journal still said staged)"
+    rc, current = run_json(capsys, str(path), "--current")
+    assert rc == 0 and current["pending"] == said, current
+    assert "staged)" not in current["message"].replace("its journal still said staged", ""), current["message"]
+    if mode == "in-place":
+        rc, dry = run_json(capsys, str(path), "--dry-run")
+        assert rc == 0 and dry["pending"] == said, dry
