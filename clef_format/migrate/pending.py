@@ -31,8 +31,8 @@ from clef_format.migrate.workspace import (
     Journal,
     make_target,
     read_journal,
-    workspace_owner,
 )
+from clef_format.spec.workspace_names import workspace_owner
 from clef_format.read.checkpoint import read_checkpoint
 from clef_format.report import Report, ReportDraft
 from clef_format.shell import quote_path

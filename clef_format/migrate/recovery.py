@@ -15,7 +15,7 @@ from enum import Enum
 
 from clef_format.errors import MigrateRefused
 from clef_format.migrate import fsutil
-from clef_format.migrate.swap import cleanup_or_say, swap_in, was_swapped
+from clef_format.migrate.swap import cleanup_or_say, holds_new_tree, swap_in, was_swapped
 from clef_format.migrate.tree_state import changed_since, snapshot
 from clef_format.migrate.workspace import (
     NOT_READ,
@@ -100,6 +100,19 @@ def _refusal(target: Target, journal: Journal, what: str, changed: list[str] | N
     return Decision(Action.REFUSE, why, journal, fix)
 
 
+def _replaced(target: Target, journal: Journal, what: str) -> Decision:
+    """Refused: the tree swapped in was moved away from the target and another put there. Finishing the
+    cleanup would delete the original parked in the workspace (its only exact copy: the int8 tables are
+    lossy), and rolling back would take the target's tree for the new one."""
+    q = quote_path(target.path)
+    why = (f"{target.path} no longer holds the new tree the interrupted migration {what} swapped in (another folder "
+           f"is there now): finishing its cleanup would delete the original tree parked in {target.ws}, and "
+           "rolling it back would take that folder for the new tree")
+    fix = (f"move {q} away (mv {q} {quote_path(target.path + '.kept')}), then clef-format migrate {q} --abort puts "
+           "the original tree back; both are kept")
+    return Decision(Action.REFUSE, why, journal, fix)
+
+
 def _decide(target: Target, source_ck: Checkpoint | None, abort: bool, wanted: tuple[str, str] | None = ANY_STEP,
             journal: Journal | None | NotRead = NOT_READ) -> Decision | None:
     """What ``recover`` will do about an interrupted run, or None when there is none.
@@ -152,6 +165,8 @@ def _decide(target: Target, source_ck: Checkpoint | None, abort: bool, wanted: t
     if swapped and abort and made_output:
         return Decision(Action.UNSWAP, f"rolled back the interrupted migration {what}: removed the output "
                                        f"{target.path} it had created (the source was never changed)", journal)
+    if swapped and parked and os.path.lexists(target.path) and not holds_new_tree(target, journal):
+        return _replaced(target, journal, what)
     if swapped:
         note = f"the interrupted migration {what} had completed; finished its cleanup"
         if abort:

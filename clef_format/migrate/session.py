@@ -25,7 +25,16 @@ from clef_format.migrate.preflight import carried_by_link, check_space, prefligh
 from clef_format.migrate.recovery import ANY_STEP, Action, Decision, carry_out, pending_said
 from clef_format.migrate.swap import CleanupIncomplete, SwapFailed
 from clef_format.migrate.tree_state import TreeState, snapshot
-from clef_format.migrate.workspace import Journal, Lock, Phase, Target, make_target, read_journal, workspace_owner
+from clef_format.migrate.workspace import (
+    Journal,
+    Lock,
+    Phase,
+    Target,
+    make_target,
+    read_journal,
+    workspace_holding,
+)
+from clef_format.spec.workspace_names import workspace_owner
 from clef_format.migrate.plan import Plan
 from clef_format.progress import Progress
 from clef_format.read.checkpoint import Checkpoint, read_checkpoint
@@ -184,6 +193,16 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
         raise CouldNotRun(f"{display}: {first.message}; nothing was written", fix=first.fix)
     details = MigrateDraft(str(ck.layout), opts.to, opts.dry_run, opts.output)
     report = ReportDraft(display, str(ck.layout), details)
+    held = workspace_holding(root)
+    if held is not None:  # a run's own tree, never a checkpoint: migrating it would convert the parked original
+        ws, owner = held
+        report.findings.append(error(
+            "migrate-refused", f"{display} lies in {ws}, the workspace of an interrupted migrate of {owner}: the tree "
+            "there is that run's (the original it parked, or its staged work), not a checkpoint to migrate (a shell "
+            f"that was inside {owner} when the run swapped it is now there); nothing was written",
+            fix=f"cd {quote_path(os.path.dirname(owner))}; clef-format migrate {quote_path(owner)} --current says "
+                "what waits and the command that finishes or rolls it back"))
+        return report.freeze("migrate")
     if opts.current:
         journal = read_journal(target)
         details.revision = migrations.revision_of(str(ck.layout))

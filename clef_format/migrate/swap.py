@@ -47,21 +47,28 @@ def _cleanup(target: Target) -> None:
         pass
 
 
+def _inode(path: str) -> list[int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return [st.st_dev, st.st_ino]
+
+
 def was_swapped(target: Target, journal: Journal) -> bool:
     """Whether the staged tree was swapped in: the target path holds it (its inode is the one the journal
     recorded), or ``ws/new`` holds another tree (the exchange put the target's there: the new tree may have
     been moved away from the target since, and the tree in ``ws/new`` is then the original, never litter)."""
-    def inode(path: str) -> list[int] | None:
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            return None
-        return [st.st_dev, st.st_ino]
-
     if journal.new_ino is None:
         return False
-    parked = inode(target.new)
-    return inode(target.path) == journal.new_ino or (parked is not None and parked != journal.new_ino)
+    parked = _inode(target.new)
+    return _inode(target.path) == journal.new_ino or (parked is not None and parked != journal.new_ino)
+
+
+def holds_new_tree(target: Target, journal: Journal) -> bool:
+    """Whether the target path still holds the tree the run swapped in (not another folder put there
+    since). True when the journal (an earlier clef-format's) records no inode: nothing tells."""
+    return journal.new_ino is None or _inode(target.path) == journal.new_ino
 
 
 class SwapFailed(OSError):

@@ -21,6 +21,7 @@ from clef_format.migrate import fsutil
 from clef_format.migrate.crash import crashpoint
 from clef_format.migrate.tree_state import is_record
 from clef_format.read.checkpoint import Checkpoint
+from clef_format.spec.workspace_names import LOCK_SUFFIX, WS_SUFFIX, is_workspace, workspace_owner
 
 JOURNAL_VERSION = 1
 
@@ -39,11 +40,11 @@ class Target:
 
     @property
     def ws(self) -> str:
-        return os.path.join(self.parent, f".{os.path.basename(self.path)}{_WS_SUFFIX}")
+        return os.path.join(self.parent, f".{os.path.basename(self.path)}{WS_SUFFIX}")
 
     @property
     def lock_path(self) -> str:
-        return os.path.join(self.parent, f".{os.path.basename(self.path)}{_LOCK_SUFFIX}")
+        return os.path.join(self.parent, f".{os.path.basename(self.path)}{LOCK_SUFFIX}")
 
     @property
     def journal_path(self) -> str:
@@ -58,16 +59,22 @@ class Target:
         return os.path.join(self.ws, "old")
 
 
-_WS_SUFFIX, _LOCK_SUFFIX = ".clef-migrate", ".clef-migrate.lock"
 
 
-def workspace_owner(name: str) -> str | None:
-    """The target name whose workspace or lock ``name`` is (``.T.clef-migrate[.lock]`` -> ``T``), else None.
-    The one home of the naming rule: such a name is migrate's, never a place for a user's folder."""
-    for suffix in (_LOCK_SUFFIX, _WS_SUFFIX):
-        if name.startswith(".") and name.endswith(suffix) and len(name) > len(suffix) + 1:
-            return name[1:-len(suffix)]
-    return None
+def workspace_holding(path: str) -> tuple[str, str] | None:
+    """(workspace, the target it belongs to) when ``path``, resolved, is a migrate workspace or lies inside
+    one (``.T.clef-migrate/...``: an interrupted run's parked original or staged tree, where a shell that sat
+    in the checkpoint during the swap now finds itself), else None."""
+    here = os.path.realpath(path)
+    while True:
+        name = os.path.basename(here)
+        owner = workspace_owner(name)
+        if owner is not None and is_workspace(name):
+            return here, os.path.join(os.path.dirname(here), owner)
+        up = os.path.dirname(here)
+        if up == here:
+            return None
+        here = up
 
 
 def foreign_entries(ws: str) -> list[str]:
@@ -110,7 +117,7 @@ def name_too_long(target: Target) -> MigrateRefused | None:
     room = limit - (len(os.fsencode(name)) - len(os.fsencode(os.path.basename(target.path))))
     what = "the checkpoint's folder name" if target.in_place else "the --output name"
     return MigrateRefused(f"{what} is {len(os.fsencode(os.path.basename(target.path)))} bytes long: migrate keeps its "
-                          f"workspace and lock beside it as .NAME{_LOCK_SUFFIX}, which would pass this filesystem's "
+                          f"workspace and lock beside it as .NAME{LOCK_SUFFIX}, which would pass this filesystem's "
                           f"limit of {limit} bytes per name; nothing was written",
                           f"rename the folder to a name of at most {room} bytes, then run migrate again"
                           if target.in_place else f"pick an --output whose name is at most {room} bytes")

@@ -23,6 +23,7 @@ import stat
 
 from clef_format.records import Record
 from clef_format.spec.layouts import CONFIG, HEAD_DIR, RELEASE_HEAD_CONFIG, RELEASE_HEAD_WEIGHTS
+from clef_format.spec.workspace_names import is_workspace
 
 #: Deepest folder a root walk enters (a checkpoint sits a few levels below a models folder).
 MAX_DEPTH = 32
@@ -203,7 +204,10 @@ def folder_copies(roots: list[str]) -> Walk:
             if listed > MAX_ENTRIES:
                 limits.append(f"stopped after {MAX_ENTRIES:,} directory entries under {root}: give a narrower root")
                 break
-            below = sorted((e.path for e in entries if _is_dir(e) and e.name not in SKIP), reverse=True)
+            # a migrate workspace holds an interrupted run's trees (its parked original, its staged work),
+            # never a copy: listed, migrate's fix would convert the original
+            below = sorted((e.path for e in entries if _is_dir(e) and e.name not in SKIP and not is_workspace(e.name)),
+                           reverse=True)
             if below and depth >= MAX_DEPTH:
                 limits.append(f"{folder}: not entered below depth {MAX_DEPTH}; scan it as a root to look deeper")
                 continue

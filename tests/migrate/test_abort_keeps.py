@@ -10,6 +10,7 @@ the original comes back. Each case is a real run SIGKILLed at its crash point (`
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -387,3 +388,68 @@ def test_a_run_killed_right_after_its_exchange_is_said_as_swapped(fresh, capsys,
     if mode == "in-place":
         rc, dry = run_json(capsys, str(path), "--dry-run")
         assert rc == 0 and dry["pending"] == said, dry
+
+
+# -- the parked original is the only exact copy of the BF16 tables: nothing may convert or delete it -------
+
+@pytest.mark.parametrize("point", [STAGED, SWAPPED])
+def test_a_run_never_deletes_the_parked_original_when_another_folder_is_at_path(fresh, capsys, tmp_path: Path,
+                                                                                point: str) -> None:
+    """Killed after the swap; the user sets the new tree aside and puts another folder at PATH. Running
+    migrate PATH again "finished the cleanup": it deleted the parked original (the only exact copy of the
+    BF16 tables) and then refused, exit 1. Now it refuses first, nothing changed, and the fix (move the
+    folder away, then --abort) brings the original back byte for byte, the folder kept."""
+    src, path, original = _interrupted(fresh, tmp_path, "in-place", point)
+    path.rename(tmp_path / "newtree")
+    path.mkdir()
+    (path / "f").write_bytes(b"mine\n")
+    parked = tmp_path / ".ck.clef-migrate" / "new"  # the exchange put the original there
+    assert file_digests(parked) == original
+    rc, out = run_json(capsys, str(path))
+    assert rc == 1 and [f["code"] for f in out["findings"]] == ["migrate-refused"], out
+    assert out["findings"][0]["message"].startswith(f"{path} no longer holds the new tree"), out
+    assert file_digests(parked) == original
+    fix = out["findings"][0]["fix"]
+    mv, abort = fix.removeprefix("move ").split(" away (")[1].split("), then ")
+    os.rename(*mv.removeprefix("mv ").split(" "))
+    rc, done = _follow(capsys, abort.split(" puts ")[0])
+    assert rc == 0 and file_digests(path) == original and siblings(path) == [], done
+    assert (tmp_path / "ck.kept" / "f").read_bytes() == b"mine\n"
+
+
+def test_a_shell_left_in_the_parked_original_cannot_migrate_it(fresh, capsys, tmp_path: Path) -> None:
+    """``migrate .`` from inside the checkpoint, killed after the swap: the shell's working directory is now
+    the original parked in the workspace (``.ck.clef-migrate/new``). ``migrate .`` from there converted
+    the parked original, ``--current`` called it an untouched layout-1, and the Ctrl-C fix said nothing was
+    left; ``scan`` listed the workspace as a copy with a migrate fix. Now each is refused or skipped, the
+    fix names the real checkpoint, and ``--abort`` puts back the exact original."""
+    from tests.support.migrate import ROOT
+
+    src = fresh("layout-1")
+    original = file_digests(src)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    import subprocess
+    import sys
+
+    def here(*argv: str, cwd: Path, extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "clef_format.cli", *argv], capture_output=True, text=True,
+                              cwd=cwd, env={**env, **(extra or {})})
+
+    proc = here("migrate", ".", cwd=src, extra={CRASH_ENV: f"{STAGED}:INT"})
+    ws = tmp_path / ".ck.clef-migrate"
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert f"your working directory is now inside {ws} (the run swapped the tree it was in): cd {tmp_path}, " \
+           f"then clef-format migrate {src} " in proc.stderr, proc.stderr
+    parked = ws / "new"  # where a shell that sat in the checkpoint now is
+    assert file_digests(parked) == original
+    for argv in (["migrate", "."], ["migrate", ".", "--current"], ["migrate", ".", "--to", "layout-1"]):
+        proc = here(*argv, "--json", cwd=parked)
+        payload = json.loads(proc.stdout)
+        assert proc.returncode == 1 and [f["code"] for f in payload["findings"]] == ["migrate-refused"], payload
+        assert payload["findings"][0]["fix"] == (f"cd {tmp_path}; clef-format migrate {src} --current says what waits "
+                                                 "and the command that finishes or rolls it back"), payload
+    assert file_digests(parked) == original
+    rows = json.loads(here("scan", str(tmp_path), "--json", cwd=tmp_path).stdout)
+    assert ".clef-migrate" not in json.dumps(rows), rows
+    rc, done = run_json(capsys, str(src), "--abort")
+    assert rc == 0 and file_digests(src) == original and siblings(src) == [], done

@@ -95,6 +95,15 @@ def interrupted_fix(path: str | None, args_in: list[str]) -> str:
     output = _flag_value(args_in, "--output")
     named = quote_path(path) if path is not None else "PATH"  # as a command line takes it
     target = output if output is not None else path
+    from clef_format.migrate.workspace import workspace_holding
+
+    held = workspace_holding(target) if output is None and target is not None else None
+    if held is not None:  # the swap moved the tree this process (and the shell) sat in into the workspace
+        import os
+
+        ws, owner = held
+        return (f"your working directory is now inside {ws} (the run swapped the tree it was in): cd "
+                f"{quote_path(os.path.dirname(owner))}, then {interrupted_fix(owner, args_in)}")
     found = interrupted_at(target) if target is not None else None
     if found is None:
         if output is not None:
