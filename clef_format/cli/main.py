@@ -100,6 +100,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if path == "":  # no PATH at all (an unset variable): never the current directory, and one code for all
             raise UsageError(f"{args.command}: PATH is empty", fix=f"clef-format {args.command} PATH ...; see "
                                                                     f"clef-format {args.command} --help")
+        from clef_format.read.paths import cwd_gone
+
+        python = getattr(args, "python", None)  # a bare name is a command on PATH, not a path
+        named = [path, getattr(args, "output", None), getattr(args, "into", None),
+                 python if isinstance(python, str) and "/" in python else None,
+                 *(getattr(args, "roots", None) or [])]  # every path the command may resolve
+        gone = cwd_gone([p for p in named if isinstance(p, str)])
+        if gone is not None:
+            raise gone
         from importlib import import_module
 
         module = import_module(f"clef_format.cli.commands.{COMMANDS[args.command][0]}")

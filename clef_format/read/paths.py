@@ -1,5 +1,5 @@
-"""Path rules shared by every reader: containment by whole components, member names from indexes, and
-the one refusal of a path that is not a folder.
+"""Path rules shared by every reader: containment by whole components, member names from indexes, the
+one refusal of a path that is not a folder, and of a relative path from a working folder that is gone.
 
 A path is inside a folder only component by component (``ck-evil/`` is not inside ``ck/``); an
 index entry is used as a path only after ``safe_member`` has checked it cannot leave the checkpoint.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import posixpath
 
-from clef_format.errors import PathNotFound
+from clef_format.errors import CouldNotRun, PathNotFound
 
 
 def inside(path: str, base: str) -> bool:
@@ -52,3 +52,20 @@ def not_a_folder(path: str) -> PathNotFound:
     else:
         fix = f"give a folder (a checkpoint's is the one holding config.json), not {kind}; {path} lies in {parent}"
     return PathNotFound(f"{path} is {kind}, not a folder", fix=fix)
+
+
+def cwd_gone(paths: list[str]) -> CouldNotRun | None:
+    """The refusal of relative ``paths`` when the working folder no longer exists (deleted, or replaced by
+    a new folder at its path: ``migrate .`` from inside the checkpoint does that), else None: nothing
+    relative can be resolved then, and every command says so the same way (``unreadable``, as the OS
+    does) instead of failing inside the first call that needs it."""
+    relative = [p for p in paths if p and not os.path.isabs(p)]
+    if not relative:
+        return None
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return CouldNotRun(f"{relative[0]}: the current folder no longer exists (deleted, or replaced by a new "
+                           "folder at its path), so a relative path cannot be resolved", code="unreadable",
+                           fix='cd "$PWD" to enter the folder now at that path, or give an absolute path')
+    return None

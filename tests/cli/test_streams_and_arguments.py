@@ -306,6 +306,35 @@ def test_a_report_of_arguments_that_did_not_parse_names_the_path_not_an_option_v
         assert rc == 2 and payload["path"] == "my-ck", (argv, payload)
 
 
+@pytest.mark.parametrize("argv", [["verify", "."], ["layers", "."], ["manifest", "."], ["migrate", "."],
+                                  ["migrate", ".", "--current"], ["migrate", "rel/x", "--abort"], ["example", "new"],
+                                  ["scan", "."], ["migrate", "{ck}", "--output", "out"], ["verify", "{ck}", "--python",
+                                                                                         "./venv/bin/python"]])
+def test_a_relative_path_from_a_working_folder_that_is_gone_is_one_refusal(argv: list[str], ck: Path,
+                                                                           tmp_path: Path) -> None:
+    """The shell's folder deleted, or replaced (``migrate .`` from inside the checkpoint does that): most
+    commands died in a FileNotFoundError traceback, ``scan .`` found "no Clef copy" (exit 0). Now each is
+    the same ``unreadable`` refusal, exit 2, naming the path and the fix; an absolute PATH still works."""
+    gone = tmp_path / "gone"
+    argv = [a.replace("{ck}", str(ck)) for a in argv]
+    script = (f"import os, sys; os.mkdir({str(gone)!r}); os.chdir({str(gone)!r}); os.rmdir({str(gone)!r}); "
+              "from clef_format.cli.main import main; sys.exit(main(sys.argv[1:]))")
+    for as_json in (False, True):
+        proc = subprocess.run([sys.executable, "-c", script, *argv, *(["--json"] if as_json else [])],
+                              capture_output=True, text=True, env=ENV)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, (proc.stdout, proc.stderr)
+        relative = next(a for a in argv[1:] if not a.startswith("-") and not os.path.isabs(a))
+        said = (f"{relative}: the current folder no longer exists (deleted, or replaced by a new folder at its "
+                "path), so a relative path cannot be resolved")
+        if as_json:
+            (f,) = json.loads(proc.stdout)["findings"]
+            assert (f["code"], f["message"]) == ("unreadable", said), f
+            assert f["fix"] == 'cd "$PWD" to enter the folder now at that path, or give an absolute path'
+        else:
+            assert proc.stderr.startswith(f"clef-format: {said}\n  fix: cd "), proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("argv", [["--bogus"], ["verify"], ["verify", "x", "--bogus"], ["migrate", "x", "--to", "nope"],
                                   ["scan", "--jobs", "0"], ["verify", "x", "--python"], ["layers", "x", "--vllm-version", "1"]])
 def test_a_usage_error_is_said_once_with_one_prefix(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
