@@ -154,10 +154,20 @@ def report_interrupted(target: Target, journal: Journal | None, display: str, *,
             details.message = (f"{display} does not exist; only the lock of a killed migrate into it is left "
                                f"({target.lock_path}): clef-format migrate {quote_path(display)} --abort removes it")
         return report.freeze("migrate")
+    from clef_format.migrate.preflight import preflight
+
+    # the rollback deletes the workspace beside T: a read-only folder refuses it before anything is removed
+    problems = preflight(target, None, False, check_lock=False) if os.path.lexists(target.ws) else []
     if dry_run:
         will = pending_recovery(target, None, abort=True)
         details.recovery = will
         details.message = f"--abort would do this: {will}" if will else "no interrupted migration to roll back"
+        for problem in problems[:1]:  # as the --abort itself stops
+            report.findings.append(error(problem.code, problem.message, fix=problem.fix))
+            details.message = f"--abort would be refused: {problem.message}"
+        return report.freeze("migrate")
+    if problems:
+        report.findings.append(error(problems[0].code, problems[0].message, fix=problems[0].fix))
         return report.freeze("migrate")
     stale_lock = not os.path.lexists(target.ws)
     try:

@@ -247,7 +247,7 @@ def preflight(target: Target, plan: Plan | None, snapshot: bool, check_lock: boo
             if cross:
                 out.append(MigrateRefused(f"{target.path} is on another filesystem than {parent}: it cannot "
                                           "be swapped by rename; nothing was written", use_output))
-        if not os.access(target.path, os.W_OK | os.X_OK):
+        if os.path.isdir(target.path) and not os.access(target.path, os.W_OK | os.X_OK):  # a file: refused as filled
             out.append(MigrateRefused(f"{target.path} is read-only for this user; nothing was written",
                    use_output if target.in_place else "pick a writable --output"))
     foreign = foreign_lock(target.lock_path) if check_lock else None

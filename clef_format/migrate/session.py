@@ -83,7 +83,7 @@ def _deep_refusal(ck: Checkpoint, edge: Edge, dry_run: bool) -> Refused | None:
     return None
 
 
-def _check_output(target: Target, root: str) -> None:
+def _check_output(target: Target, root: str, abort: bool = False) -> None:
     if target.in_place:
         return
     real_root = os.path.realpath(root)
@@ -97,6 +97,8 @@ def _check_output(target: Target, root: str) -> None:
     if not os.path.isdir(target.parent):  # a usage slip, like a path that does not exist: exit 2
         raise UsageError(f"--output {target.path}: its parent folder {target.parent} does not exist",
                          fix=f"create {target.parent} first, or pick an --output in an existing folder")
+    if abort:  # --abort writes nothing at the --output: what is there is no reason to refuse it
+        return
     if os.path.lexists(target.path) and read_journal(target) is None and not os.path.isdir(target.ws):
         _refuse_a_filled_output(target)
 
@@ -239,7 +241,7 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
                 f"{pending.resume_fix(t, j, t.path)}" for t, j in outputs)
         return report.freeze("migrate")
     try:
-        _check_output(target, root)
+        _check_output(target, root, opts.abort)
         if not opts.abort and _nothing_to_do(ck, target, opts):
             return _already_there(ck, target, opts, report, display).freeze("migrate")
         _refuse_cache(target, ck, display, opts)

@@ -453,3 +453,57 @@ def test_a_shell_left_in_the_parked_original_cannot_migrate_it(fresh, capsys, tm
     assert ".clef-migrate" not in json.dumps(rows), rows
     rc, done = run_json(capsys, str(src), "--abort")
     assert rc == 0 and file_digests(src) == original and siblings(src) == [], done
+
+
+def test_abort_of_an_absent_output_under_a_read_only_folder_is_refused_before_it_removes_anything(
+        fresh, tmp_path: Path) -> None:
+    """``migrate OUT --abort`` (the form the tool prints for an --output that does not exist yet) skipped
+    the read-only check: it deleted the journal and the staged files, then failed on the workspace, and
+    the next run found a workspace "with no journal". Now it is refused first, as ``SRC --output OUT
+    --abort`` is, ``--dry-run`` says so, and after the fix the abort removes the workspace."""
+    src = fresh("layout-1")
+    folder = tmp_path / "o"
+    folder.mkdir()
+    out = folder / "out"
+    proc = cli("migrate", str(src), "--output", str(out), "--json", env={CRASH_ENV: "stage:2"})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    ws = folder / ".out.clef-migrate"
+    held = file_digests(ws)
+    folder.chmod(0o555)
+    try:
+        for extra in (("--dry-run",), ()):
+            rc, report = _unprivileged(str(out), "--abort", *extra)
+            [f] = report["findings"]
+            assert rc == 1 and f["code"] == "migrate-refused" and f["message"].startswith(
+                f"{folder} is read-only for this user: the interrupted migrate waiting beside out"), report
+            assert f["fix"].startswith(f"make {folder} writable"), f
+            assert file_digests(ws) == held
+    finally:
+        folder.chmod(0o755)
+    rc, report = _unprivileged(str(out), "--abort")
+    assert rc == 0 and siblings(out) == [] and not out.exists(), report
+
+
+def test_abort_into_a_filled_folder_names_the_waiting_run_and_a_regular_file_output_is_refused_as_filled(
+        fresh, capsys, tmp_path: Path) -> None:
+    """``--abort --output FULL`` (a folder with files, nothing waiting there) was refused as a filled
+    --output, though --abort writes nothing there; and a resumed run whose --output became a regular file
+    was refused as "read-only for this user" (fix: a writable --output) while its --dry-run said filled.
+    Now the abort names the waiting run, and both refusals are the filled-output one."""
+    src = fresh("layout-1")
+    out = tmp_path / "out"
+    proc = cli("migrate", str(src), "--output", str(out), "--json", env={CRASH_ENV: "stage:2"})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "f").write_bytes(b"x\n")
+    rc, report = run_json(capsys, str(src), "--abort", "--output", str(full))
+    assert rc == 0 and report["message"].startswith(f"no interrupted migration to roll back into --output {full}; "
+                                                    f"an interrupted migrate into {out} waits"), report
+    assert (full / "f").read_bytes() == b"x\n" and siblings(out)
+    out.write_bytes(b"mine\n")
+    for extra in ((), ("--dry-run",)):
+        rc, report = run_json(capsys, str(src), "--to", "layout-2", "--output", str(out), *extra)
+        [f] = report["findings"]
+        assert rc == 2 and f["code"] == "usage-error" and "exists and is not an empty directory" in f["message"], report
+    assert out.read_bytes() == b"mine\n"
