@@ -8,6 +8,7 @@ why: the caller turns it into a note, never an exception of its own.
 from __future__ import annotations
 
 import ast
+import os
 import posixpath
 import re
 
@@ -78,6 +79,8 @@ def never_read(ck: Checkpoint, rel: str) -> str | None:
         return f"{rel} is a symlink leading outside the checkpoint, never read (path-escape): what it states is not known"
     if rel in ck.special:
         return f"{rel} is not a regular file, never opened (special-file): what it states is not known"
+    if rel not in ck.files and os.path.lexists(ck.path(rel)):  # a folder, or a symlink leading nowhere
+        return f"{rel} is there but is not a file that can be read (a folder, or a symlink leading nowhere)"
     return None
 
 

@@ -103,7 +103,12 @@ def bundled_findings(ck: Checkpoint, path: str) -> tuple[list[Finding], list[Plu
     if plugin.version is None or not _valid(plugin.version):
         note = plugin.note or f"{plugin.where} gives {plugin.version!r}, which is not a PEP 440 version"
         row = row._replace(note=note)
-        if ck.reported(plugin.file):  # pip's build would read it too (and wait forever on a FIFO)
+        from clef_format.read.plugin_files import never_read
+
+        if plugin.file == PLUGIN_DIR:  # not a folder: there is nothing pip can install from it
+            unread_fix = (f"replace {PLUGIN_DIR} with the release's {PLUGIN_DIR}/ folder (download the whole repository "
+                          f"again), then clef-format verify {quote_path(path)} again")
+        elif never_read(ck, plugin.file) is not None:  # pip's build would read it too (and wait forever on a FIFO)
             unread_fix = (f"replace {plugin.file} with the real file (re-download it), then clef-format verify "
                           f"{quote_path(path)} again")
         else:
@@ -148,14 +153,16 @@ def installed_findings(ck: Checkpoint, found: InstalledPlugin, path: str,
     row = PluginRow(found.source, found.where, found.version)
     if found.version is None and found.location is None:
         return [], [row]  # not installed there
+    pip = "pip" if found.source == "installed" else f"{quote_path(found.python)} -m pip"  # that environment's
     if found.version is None or not _valid(found.version):
         row = row._replace(note=f"its metadata gives {found.version!r}, which is not a PEP 440 version")
         here = "in this Python" if found.source == "installed" else "in the environment of --python"
+        shipped = os.path.isdir(ck.path(PLUGIN_DIR))  # the release's own plugin, when the folder holds it
+        source = plugin_dir_of(ck, path) if shipped else "clef-vllm"
         return [warning("installed-plugin-unread", f"the version of the clef-vllm installed {here} ({found.where}) "
                         f"cannot be read: {row.note}; whether it can serve these weights is not known",
-                        fix="reinstall the plugin (pip install --force-reinstall clef-vllm, or pip install "
-                            f"{plugin_dir_of(ck, path)} when the folder ships it), then run verify again")], [row]
-    pip = "pip" if found.source == "installed" else f"{quote_path(found.python)} -m pip"
+                        fix=f"reinstall the plugin ({pip} install --force-reinstall {source}), then run verify "
+                            "again")], [row]
     problem = _pair(ck, found.version, path, pip)
     row = row._replace(can_serve=problem is None)
     if problem is None or problem[0] != "plugin-incompatible":

@@ -412,6 +412,44 @@ def test_a_packaging_file_never_read_is_named_as_unread_not_as_stating_nothing(r
     assert code in {f["code"] for f in payload["findings"]} and proc.returncode == 1
 
 
+@pytest.mark.parametrize("case", ["dangling-symlink", "looping-symlink", "a-folder", "plugin-dir-is-a-file"])
+def test_a_packaging_file_that_cannot_be_read_or_a_plugin_folder_that_is_a_file_gets_a_fix_that_works(
+        releases, tmp_path, case):
+    """``pyproject.toml`` a symlink leading nowhere, one to itself, or a folder: the row said the plugin
+    "declares no package name" and the fix was ``pip install`` of the folder, whose build fails on the
+    same file. ``vllm_plugin`` a file: the note said pip cannot install from it and the fix was to pip
+    install it. Now the note names the file and the fix is to replace it; followed (the file put back),
+    verify reads the version again."""
+    import shutil
+
+    root = tmp_path / "clef"
+    shutil.copytree(releases("layout-2", "0.2.1"), root)
+    plugin = root / "vllm_plugin"
+    kept = tmp_path / "kept"
+    shutil.move(plugin, kept)
+    if case == "plugin-dir-is-a-file":
+        plugin.write_text("hi\n")
+        rel = "vllm_plugin"
+    else:
+        shutil.copytree(kept, plugin)
+        py = plugin / "pyproject.toml"
+        py.unlink()
+        {"dangling-symlink": lambda: py.symlink_to("nowhere"), "looping-symlink": lambda: py.symlink_to("pyproject.toml"),
+         "a-folder": py.mkdir}[case]()
+        rel = "vllm_plugin/pyproject.toml"
+    payload = json.loads(run_cli("verify", str(root), "--json").stdout)
+    [unread] = [f for f in payload["findings"] if f["code"] == "bundled-plugin-unread"]
+    assert unread["file"] == rel and "declares no package name" not in unread["message"], unread
+    assert "pip install" not in unread["fix"] and unread["fix"].startswith(f"replace {rel} with the "), unread
+    if plugin.is_dir() and not plugin.is_symlink():
+        shutil.rmtree(plugin)
+    else:
+        plugin.unlink()
+    shutil.copytree(kept, plugin)  # the fix followed
+    payload = json.loads(run_cli("verify", str(root), "--json").stdout)
+    assert [(r["source"], r["version"], r["can_serve"]) for r in payload["plugins"]][0] == ("bundled", "0.2.1", True)
+
+
 def test_mini_toml_reader_of_python_3_10_reads_what_tomllib_reads(releases):
     import tomllib
 
@@ -531,6 +569,32 @@ def test_a_python_whose_child_keeps_the_pipes_open_is_read_when_it_exits(release
     assert proc.returncode == 0 and payload["findings"] == [], payload
     assert (row["source"], row["version"], row["can_serve"]) == ("python", "0.2.1", True), row
     assert row["where"].startswith(f"{wrapper}: "), row
+
+
+@pytest.mark.parametrize("bundled", [True, False], ids=["ships-its-plugin", "weights-only"])
+def test_an_unreadable_installed_version_under_python_is_fixed_with_that_environments_pip(releases, tmp_path, bundled):
+    """A clef-vllm in the --python environment whose metadata gives no valid version: the fix said ``pip
+    install --force-reinstall clef-vllm`` (whichever pip is on PATH, not that environment's) and named
+    ``vllm_plugin`` even where the folder ships none. Now it is that environment's ``-m pip``, from the
+    folder's own plugin when it ships one, else from the registry."""
+    import shutil
+
+    env = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False).create(env)
+    python = env / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    meta = site / "clef_vllm-0.1.4.dist-info"
+    meta.mkdir(parents=True)
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: clef-vllm\nVersion: bogus\n")
+    root = tmp_path / "clef"
+    shutil.copytree(releases("layout-2", "0.2.1"), root)
+    if not bundled:
+        shutil.rmtree(root / "vllm_plugin")
+    payload = json.loads(run_cli("verify", str(root), "--json", "--python", str(python)).stdout)
+    [f] = [f for f in payload["findings"] if f["code"] == "installed-plugin-unread"]
+    source = f"{root}/vllm_plugin" if bundled else "clef-vllm"
+    assert f["fix"] == f"reinstall the plugin ({python} -m pip install --force-reinstall {source}), then run verify again"
 
 
 def test_an_install_fix_for_another_environment_names_its_pip(releases, installed, tmp_path):
