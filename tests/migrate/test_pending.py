@@ -250,3 +250,26 @@ def test_the_journal_of_a_run_found_beside_its_output_is_read(tmp_path: Path) ->
     assert found is not None and found[1].to_json() == journal
     assert (found[0].path, found[0].source) == (str(tmp_path / "out"), str(src))
     assert interrupted_at(str(tmp_path / "nothing-here")) is None
+
+
+@pytest.mark.parametrize("point", ["stage:1", "swap:1"])
+def test_a_checkpoint_moved_away_from_a_staged_run_is_not_said_to_come_back(fresh, capsys, tmp_path: Path,
+                                                                           point: str) -> None:
+    """Killed before its swap, then the checkpoint moved away: ``--current`` said ``--abort puts the original
+    tree back (it is complete in the workspace)``, but the workspace holds only the staged tree, and the
+    abort brings nothing back. Now it says the abort removes the staged work, which it does, and the
+    moved checkpoint is untouched."""
+    from tests.support.migrate import cli
+
+    root = fresh("layout-1")
+    before = file_digests(root)
+    proc = cli("migrate", str(root), "--json", env={CRASH_ENV: point})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    moved = tmp_path / "moved"
+    root.rename(moved)
+    rc, current = run_json(capsys, str(root), "--current")
+    assert rc == 0 and current["message"].endswith(
+        f"clef-format migrate {root} --abort removes its workspace (it holds only the run's staged work; the "
+        "checkpoint, wherever it is now, was never changed)"), current["message"]
+    rc, report = run_json(capsys, str(root), "--abort")
+    assert rc == 0 and siblings(root) == [] and not root.exists() and file_digests(moved) == before, report
