@@ -109,7 +109,8 @@ def resume_fix(target: Target, journal: Journal | None, display: str) -> str:
     if journal is not None and journal.in_place:  # PATH is gone: the fallback swap's two renames, or moved away
         back = pending_decision(target, None, abort=True, journal=journal)
         if back is not None and back.action is Action.UNSWAP:  # the original is parked in the workspace
-            return f"clef-format migrate {quote_path(display)} --abort puts the original tree back (it is complete in {target.ws})"
+            return (f"clef-format migrate {quote_path(display)} --abort puts the original tree back (it is complete "
+                    f"in {target.ws})")
         return (f"clef-format migrate {quote_path(display)} --abort removes its workspace (it holds only the run's "
                 "staged work; the checkpoint, wherever it is now, was never changed)")
     back = f"clef-format migrate {quote_path(display)} --abort rolls it back"
