@@ -107,8 +107,8 @@ def litter_message(target: Target, display: str) -> str:
 def resume_fix(target: Target, journal: Journal | None, display: str) -> str:
     """What to run about it: the command that resumes it (an --output run), and the one that rolls it back."""
     if journal is not None and journal.in_place:  # PATH is gone: the fallback swap's two renames, or moved away
-        back = pending_decision(target, None, abort=True, journal=journal)
-        if back is not None and back.action is Action.UNSWAP:  # the original is parked in the workspace
+        undo = pending_decision(target, None, abort=True, journal=journal)
+        if undo is not None and undo.action is Action.UNSWAP:  # the original is parked in the workspace
             return (f"clef-format migrate {quote_path(display)} --abort puts the original tree back (it is complete "
                     f"in {target.ws})")
         return (f"clef-format migrate {quote_path(display)} --abort removes its workspace (it holds only the run's "

@@ -103,6 +103,24 @@ def _check_output(target: Target, root: str, abort: bool = False) -> None:
         _refuse_a_filled_output(target)
 
 
+def _refuse_beside_an_in_place_run(target: Target, display: str) -> None:
+    """An --output run from a source whose own in-place migrate waits interrupted: the tree at the source
+    may be that run's new tree (its int8 tables decode only approximately), and the exact original is
+    parked in the workspace. Reading it now would build the output from the wrong tree: finish or roll
+    back the interrupted run first."""
+    from clef_format.migrate import pending
+
+    in_place = make_target(target.source, None)
+    journal = read_journal(in_place)
+    if journal is not None:
+        q = quote_path(display)
+        raise MigrateRefused(f"an interrupted in-place migrate of {display} waits ({pending.what(in_place, journal)}): "
+                             f"until it is finished or rolled back, the tree at {display} may be its new tree (after "
+                             "its swap the original is parked in its workspace); nothing was written",
+                             f"clef-format migrate {q} --abort puts the original back (or clef-format migrate {q} "
+                             f"--to {journal.to_layout} finishes it); then run this again")
+
+
 def _never_swapped(decided: Decision | None) -> bool:
     """Whether the interrupted run's journal proves it never swapped a tree in (it was staging, or staged
     and rolled back): then nothing at its --output is its result."""
@@ -242,6 +260,8 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
         return report.freeze("migrate")
     try:
         _check_output(target, root, opts.abort)
+        if not target.in_place and not opts.abort:
+            _refuse_beside_an_in_place_run(target, display)
         if not opts.abort and _nothing_to_do(ck, target, opts):
             return _already_there(ck, target, opts, report, display).freeze("migrate")
         _refuse_cache(target, ck, display, opts)
@@ -380,7 +400,7 @@ def _nothing_message(target: Target, opts: Options, display: str, recovered: boo
     """Why no step ran. After a recovery (``recovered``) the recovery did write (its cleanup, a swap):
     the message then says no step is left, never that nothing was written."""
     if recovered:
-        return f"already at {opts.to} once the interrupted migration was finished (above): no step left to run"
+        return f"already at {opts.to} after the recovery above: no step left to run"
     message = f"already at {opts.to}: nothing to do, nothing written"
     if not target.in_place and target.source != target.path:
         made = "was left as it was" if os.path.lexists(target.path) else "was not created"
@@ -511,11 +531,20 @@ def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft)
     if refusal is not None:  # the run would stop there, as it does: nothing else to plan
         report.findings.append(error(refusal.code, str(refusal), fix=refusal.fix))
         return report
-    route = _route(ck, opts.to)
-    if not route:
-        details.message = _nothing_message(target, opts, report.path)
+    after = _layout_after(decided) if target.in_place else None
+    if after is not None and after != str(ck.layout):  # the recovery changes PATH's layout before any step
+        from clef_format import migrations
+
+        route = migrations.path(after, opts.to) or []
+        if not route:
+            details.message = f"already at {opts.to} once the recovery above is done: no step left to run"
+    else:
+        after = None
+        route = _route(ck, opts.to)
+        if not route:
+            details.message = _nothing_message(target, opts, report.path)
     for i, edge in enumerate(route):
-        if i == 0:
+        if i == 0 and after is None:
             plan = edge.plan(ck)
             _refuse_blocking(ck, plan, report.path, edge, dry_run=True, in_place=target.in_place)
             by_link = carried_by_link(target, ck.hf_snapshot)
@@ -531,10 +560,23 @@ def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft)
             details.steps.append(StepResult({"revision": edge.revision, "direction": edge.direction,
                                              "from": edge.src, "to": edge.dst, "read": {}, "written": {},
                                              "removed": [], "carried": 0, "bytes_carried": 0,
-                                             "notes": ["planned after the previous step has run"]}))
+                                             "notes": ["planned after the previous step has run" if i else
+                                                       "planned after the recovery above has run"]}))
     if journal:
         details.pending = pending_said(target, journal)
     return report
+
+
+def _layout_after(decided: Decision | None) -> str | None:
+    """The layout PATH holds once the recovery ``decided`` is carried out, in place (None: it stays as read):
+    a rollback puts the original back, a finished swap or cleanup leaves the new tree."""
+    if decided is None or decided.journal is None:
+        return None
+    if decided.action is Action.UNSWAP:
+        return decided.journal.from_layout
+    if decided.action in (Action.SWAP, Action.FINISH_FALLBACK, Action.CLEANUP):
+        return decided.journal.to_layout
+    return None
 
 
 def _run_steps(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft, display: str,

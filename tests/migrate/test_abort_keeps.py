@@ -507,3 +507,25 @@ def test_abort_into_a_filled_folder_names_the_waiting_run_and_a_regular_file_out
         [f] = report["findings"]
         assert rc == 2 and f["code"] == "usage-error" and "exists and is not an empty directory" in f["message"], report
     assert out.read_bytes() == b"mine\n"
+
+
+def test_going_back_after_the_swap_restores_the_exact_original_and_says_so_beforehand(fresh, capsys,
+                                                                                      tmp_path: Path) -> None:
+    """Killed after the swap, then the user asks for layout-1. ``--dry-run`` said the recovery first, then
+    planned a lossy int8 -> BF16 downgrade that the run never does (it puts the exact original back and
+    runs no step); an ``--output`` run from the same folder decoded the int8 tables into the output, not a
+    word of the exact original waiting. Now the dry run says no step is left, and the --output run is
+    refused until the interrupted run is rolled back or finished (its fix, followed, works)."""
+    src, path, original = _interrupted(fresh, tmp_path, "in-place", STAGED)
+    rc, dry = run_json(capsys, str(src), "--to", "layout-1", "--dry-run")
+    assert rc == 0 and dry["steps"] == [], dry
+    assert dry["message"] == "already at layout-1 once the recovery above is done: no step left to run", dry
+    out = tmp_path / "out"
+    for extra in ((), ("--dry-run",)):
+        rc, refused = run_json(capsys, str(src), "--to", "layout-1", "--output", str(out), *extra)
+        [f] = refused["findings"]
+        assert rc == 1 and f["code"] == "migrate-refused" and not out.exists(), refused
+    rc, done = _follow(capsys, f["fix"].split(" puts ")[0])
+    assert rc == 0 and file_digests(src) == original, done
+    rc, real = run_json(capsys, str(src), "--to", "layout-1")
+    assert rc == 0 and real["steps"] == [] and file_digests(src) == original, real
