@@ -179,8 +179,10 @@ def render_migrate(report: Report) -> str:
         layout_text = (f"{d.from_layout} (unchanged); the result in {d.result} is "
                        f"{style(report.layout, bold=True)}")
     lines = [render_report(report, layout_text=layout_text)]
-    if d.revision is not None or d.pending:
+    if d.revision is not None:
         lines.append(f"  revision {d.revision}" + (f"   interrupted run pending: {d.pending}" if d.pending else ""))
+    elif d.pending:  # no revision to name (a dry run, or an --output that does not exist yet)
+        lines.append(f"  pending  interrupted run: {d.pending}")
     for note in d.recovered:
         lines.append(f"  recovery {note}")
     said = [d.message or ""] + [f.message for f in report.findings]

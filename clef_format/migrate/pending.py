@@ -150,8 +150,9 @@ def report_interrupted(target: Target, journal: Journal | None, display: str, *,
         details.revision = None
         details.pending = pending_said(target, journal)
         holder = lock_holder(target)
-        if holder is not None:
+        if holder is not None:  # running, not interrupted: nothing pending
             details.message = running_message(target, journal, display, holder)
+            details.pending = None
         elif os.path.lexists(target.ws):
             details.message = (f"{display} does not exist: an interrupted migrate into it waits beside it "
                                f"({what(target, journal)}); {resume_fix(target, journal, display)}")

@@ -237,6 +237,7 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
         holder = lock_holder(target)
         if holder is not None:  # not interrupted: running now (it holds its lock), so nothing to resume or abort
             details.message = pending.running_message(target, journal, display, holder)
+            details.pending = None
         elif journal and journal.in_place is False:  # PATH is the output of an interrupted --output run
             details.message = (f"an interrupted migrate into {display} waits ({pending.what(target, journal)}): "
                                f"{pending.resume_fix(target, journal, display)}")

@@ -529,3 +529,16 @@ def test_going_back_after_the_swap_restores_the_exact_original_and_says_so_befor
     assert rc == 0 and file_digests(src) == original, done
     rc, real = run_json(capsys, str(src), "--to", "layout-1")
     assert rc == 0 and real["steps"] == [] and file_digests(src) == original, real
+
+
+def test_a_dry_run_text_with_no_revision_says_the_pending_run_not_revision_none(fresh, capsys) -> None:
+    """The text of ``--dry-run`` during an interrupted run printed ``revision None``."""
+    from clef_format.cli.main import main
+
+    src = fresh("layout-1")
+    proc = cli("migrate", str(src), "--json", env={CRASH_ENV: "stage:1"})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    capsys.readouterr()
+    assert main(["migrate", str(src), "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "None" not in text and f"  pending  interrupted run: {REVISION} (staging)\n" in text, text

@@ -85,5 +85,6 @@ def test_current_during_a_live_run_says_it_runs_and_offers_no_abort(fresh, capsy
         assert f"a clef-format migrate (pid {os.getpid()}) is running on {asked} now" in message, (phase, message)
         assert "--abort" not in message and "interrupted" not in message, (phase, message)
         assert "wait for it to finish" in message
+        assert report.details.pending is None, (phase, report.details.pending)  # running, not "interrupted ... pending"
     after = migrate_path(str(root if where == "in-place" else out_dir), Options(current=True))
     assert after.details.message is None and after.layout == "layout-2"
