@@ -242,7 +242,8 @@ def run_plan(plan: Plan, ck: Checkpoint, target: Target, progress: Progress | No
         result.entries = _check_carried(entries, plan, target)
         refresh_references(plan, ck, target.new, out_of_place=not target.in_place)
         staged = snapshot(target.new)  # the finished tree's one walk: its folders, and the state its journal records
-        fsutil.finish_tree(ck.root, target.new, folders(staged))
+        fsutil.finish_tree(ck.root, target.new, folders(staged),
+                           replaced=None if target.in_place else target.path)
         staged = looked_at_again(staged, folders(staged))  # their modes, as finish_tree left them
         result.quality = dict(journal.quality)
         t1 = time.perf_counter()

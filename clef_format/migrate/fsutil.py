@@ -280,13 +280,18 @@ def output_written(target: Target) -> list[str]:
     return [f"{name} was created in the --output" for name in names]
 
 
-def finish_tree(src_root: str, dst_root: str, folders: list[str]) -> None:
+def finish_tree(src_root: str, dst_root: str, folders: list[str], replaced: str | None = None) -> None:
     """Give the new tree's directories (``folders``, rel paths: the caller's walk of it) the source's
-    permission bits, and fsync every one of them."""
+    permission bits, and fsync every one of them. ``replaced``: an existing (empty) --output the new tree
+    will replace, whose own permission bits and extended attributes the tree's top folder takes instead
+    (a private 0700 folder the user made stays private)."""
     # each folder after everything below it (a read-only mode comes last)
     for rel_dir in sorted(folders, key=lambda rel: 0 if rel == "." else rel.count("/") + 1, reverse=True):
         dirpath = os.path.join(dst_root, *rel_dir.split("/")) if rel_dir != "." else dst_root
         src_dir = os.path.normpath(os.path.join(src_root, rel_dir))
-        if os.path.isdir(src_dir) and not os.path.islink(src_dir):
+        if rel_dir == "." and replaced is not None and os.path.isdir(replaced) and not os.path.islink(replaced):
+            sync_xattrs(replaced, dirpath)
+            shutil.copymode(replaced, dirpath)
+        elif os.path.isdir(src_dir) and not os.path.islink(src_dir):
             shutil.copymode(src_dir, dirpath)
         fsync_dir(dirpath)

@@ -155,6 +155,20 @@ def test_xattrs_and_acls_of_rewritten_and_carried_files_and_folders_are_kept(sou
         assert "user.origin" not in _attrs(tables)
 
 
+def test_an_empty_output_folder_the_user_made_keeps_its_mode_and_xattrs(source: Path, capsys) -> None:
+    """An empty --output the user made (0700, a user xattr): the new tree that replaces it came out with
+    the source's mode (0755 here) and the source's xattrs; the folder it replaces is the one to follow."""
+    out = source.parent / "out"
+    out.mkdir()
+    out.chmod(0o700)
+    _can_xattr(out, "user.origin", b"made by me")
+    _can_xattr(source, "user.origin", b"the source")
+    before = _attrs(out)
+    rc, report = run_json(capsys, str(source), "--to", "layout-2", "--output", str(out))
+    assert rc == 0 and verified(out)[:2] == ("layout-2", True), report
+    assert (out.stat().st_mode & 0o7777, _attrs(out)) == (0o700, before)
+
+
 def test_a_rewritten_manifest_keeps_its_xattrs_and_acl(source: Path) -> None:
     from clef_format.migrate.manifest_writer import make_manifest
 
