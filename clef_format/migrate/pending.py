@@ -130,9 +130,7 @@ def resume_fix(target: Target, journal: Journal | None, display: str) -> str:
 def not_found(path: str, exc: PathNotFound, found: tuple[Target, Journal | None] | None) -> PathNotFound:
     """The ``path-not-found`` of migrate, saying what to run."""
     if found is None:
-        return PathNotFound(f"{exc}; no interrupted migrate into it either (nothing beside it)",
-                            fix="give the checkpoint's directory, or org/name[@revision] of a download in the "
-                                "Hugging Face cache (clef-format verify PATH reads it the same way)")
+        return PathNotFound(f"{exc}; no interrupted migrate into it either (nothing beside it)", fix=exc.fix)
     return PathNotFound(f"{path} does not exist: an interrupted migrate into it waits beside it "
                         f"({what(*found)})", fix=resume_fix(found[0], found[1], path))
 

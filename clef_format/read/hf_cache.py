@@ -29,6 +29,11 @@ _MAX_LISTED = 10_000  # a hostile blob store cannot make verify walk forever
 _REPO_ID = r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$"
 
 
+#: The fix of a PATH that names nothing, for every command that takes a checkpoint.
+NOT_FOUND_FIX = ("give the checkpoint's directory, or org/name[@revision] of a download in the Hugging Face cache "
+                 "(clef-format scan lists the copies it finds)")
+
+
 def locate_checkpoint(path: str, cache_dir: str | None = None) -> str:
     """The directory ``path`` names: a folder, or the cached snapshot of ``org/name[@revision]``."""
     if os.path.isdir(path):
@@ -48,7 +53,7 @@ def locate_checkpoint(path: str, cache_dir: str | None = None) -> str:
     except OSError:
         pass
     if not re.match(_REPO_ID, path):
-        raise PathNotFound(f"{path}: no such directory")
+        raise PathNotFound(f"{path}: no such directory", fix=NOT_FOUND_FIX)
     repo_id, _, revision = path.partition("@")
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
@@ -56,7 +61,7 @@ def locate_checkpoint(path: str, cache_dir: str | None = None) -> str:
     try:
         validate_repo_id(repo_id)  # huggingface_hub's own rule: what it refuses is no cached repo either
     except HFValidationError as exc:
-        raise PathNotFound(f"{path}: no such directory, nor a Hugging Face repo id ({exc})") from None
+        raise PathNotFound(f"{path}: no such directory, nor a Hugging Face repo id ({exc})", fix=NOT_FOUND_FIX) from None
     snapshot = cached_snapshot(repo_id, revision or "main", cache_dir)
     if snapshot is None:
         raise PathNotFound(

@@ -366,6 +366,29 @@ def test_a_file_where_a_folder_is_expected_is_one_refusal(argv: list[str], ck: P
                               f"  fix: give the checkpoint's folder, {ck}, not a file in it\n"
 
 
+@pytest.mark.parametrize("argv", [["verify"], ["layers"], ["manifest"], ["migrate", "--to", "layout-2"],
+                                  ["migrate", "--current"], ["scan"]])
+def test_a_path_that_names_nothing_has_a_fix(argv: list[str], tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A mistyped PATH is one ``path-not-found`` whose fix says what to give instead, in text and JSON
+    (it had no fix line for verify, layers, manifest and scan)."""
+    gone = tmp_path / "no-such-checkpoint"
+    rc, out, _ = _in_process(capsys, [argv[0], str(gone), *argv[1:], "--json"])
+    (f,) = json.loads(out)["findings"]
+    assert rc == 2 and f["code"] == "path-not-found" and str(gone) in f["message"]
+    assert f["fix"] and ("folder" in f["fix"] or "directory" in f["fix"]), f
+    rc, _, err = _in_process(capsys, [argv[0], str(gone), *argv[1:]])
+    assert rc == 2 and f"  fix: {f['fix']}\n" in err, err
+
+
+@pytest.mark.parametrize("flag", ["--abort", "--current"])
+def test_migrate_without_path_names_the_flag_given(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``migrate --abort`` with no PATH: the fix keeps the user's flag (it said ``--to layout-2``, a run)."""
+    rc, out, _ = _in_process(capsys, ["migrate", flag, "--json"])
+    (f,) = json.loads(out)["findings"]
+    assert rc == 2 and f["code"] == "usage-error" and f["fix"] == f"clef-format migrate PATH {flag}"
+
+
 def test_the_gate_refuses_a_file_as_verify_does(ck: Path) -> None:
     from clef_format.compat import check_checkpoint
     from clef_format.errors import PathNotFound

@@ -48,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
         return finish(make_report("migrate", args.path, None, [], {"history": migrations.history()}), args.json,
                       render_history)
     if not args.path:
-        raise UsageError("migrate needs PATH (or --history)", fix="clef-format migrate PATH --to layout-2")
+        asked = "--abort" if args.abort else "--current" if args.current else "--to layout-2"
+        raise UsageError("migrate needs PATH (or --history)", fix=f"clef-format migrate PATH {asked}")
     if args.abort and (args.current or args.to is not None):
         other = "--current" if args.current else f"--to {args.to}"
         named = quote_path(args.path)

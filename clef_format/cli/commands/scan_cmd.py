@@ -59,7 +59,8 @@ def _walk(roots: list[str]):
                 from clef_format.read.paths import not_a_folder
 
                 raise not_a_folder(root)
-            raise PathNotFound(f"{root}: no such directory")
+            raise PathNotFound(f"{root}: no such directory", fix="give an existing folder, or no ROOT to scan the "
+                                                                 "Hugging Face cache")
         _listable(root)
     if roots:
         return folder_copies(roots)
