@@ -96,6 +96,18 @@ class _Parser(argparse.ArgumentParser):
         command = self.prog.removeprefix("clef-format").strip()
         raise UsageError(f"{command}: {message}" if command else message, fix=f"see {self.prog} --help")
 
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        """argparse's, with the arguments no option takes refused in the name of the command given:
+        argparse refuses them at the top, where the fix could only say ``clef-format --help``."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        command = getattr(parsed, "command", None)
+        if extras and command:
+            raise UsageError(f"{command}: unrecognized arguments: {' '.join(extras)}",
+                             fix=f"see clef-format {command} --help")
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
     def add_argument(self, *names: str, **kwargs: Any) -> argparse.Action:
         if names and names[0].startswith("-") and kwargs.get("action") in (None, "store") \
                 and kwargs.get("nargs") is None:

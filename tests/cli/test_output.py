@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from clef_format.cli.main import main
 from clef_format.cli.output import EXIT_COULD_NOT_RUN, EXIT_FINDINGS, EXIT_OK, could_not_run_report, exit_status
 from clef_format.errors import CouldNotRun
@@ -38,6 +40,18 @@ def test_usage_error_without_a_command_is_reported_as_clef_format(capsys) -> Non
     (finding,) = payload["findings"]
     assert finding["code"] == "usage-error" and finding["message"] == "unrecognized arguments: --json"
     assert finding["fix"] == "see clef-format --help"
+
+
+@pytest.mark.parametrize("argv", [["verify", "ck", "--bogus"], ["migrate", "ck", "--to", "layout-2", "extra"],
+                                  ["scan", "--fixable", "-x"], ["layers", "ck", "--layers"]])
+def test_an_unrecognized_argument_names_its_command(argv: list[str], capsys) -> None:
+    """argparse refuses arguments no option takes at the top: the report and its fix name the command
+    the user typed, whose --help lists what it takes (it said ``see clef-format --help``)."""
+    rc, payload = _json_of([*argv, "--json"], capsys)
+    (finding,) = payload["findings"]
+    assert rc == EXIT_COULD_NOT_RUN and payload["command"] == argv[0]
+    assert finding["message"] == f"{argv[0]}: unrecognized arguments: {argv[-1]}"
+    assert finding["fix"] == f"see clef-format {argv[0]} --help"
 
 
 def test_exit_status_classes() -> None:
