@@ -37,6 +37,11 @@ NOT_FOUND_FIX = ("give the checkpoint's directory, or org/name[@revision] of a d
 def locate_checkpoint(path: str, cache_dir: str | None = None) -> str:
     """The directory ``path`` names: a folder, or the cached snapshot of ``org/name[@revision]``."""
     if os.path.isdir(path):
+        from clef_format.read.paths import a_part_of_a_checkpoint
+
+        refused = a_part_of_a_checkpoint(path)
+        if refused is not None:
+            raise refused
         return path
     if os.path.exists(path):
         from clef_format.read.paths import not_a_folder

@@ -54,6 +54,22 @@ def not_a_folder(path: str) -> PathNotFound:
     return PathNotFound(f"{path} is {kind}, not a folder", fix=fix)
 
 
+def a_part_of_a_checkpoint(path: str) -> PathNotFound | None:
+    """The refusal of a folder that is a part of a checkpoint, not one (``verify ck/clef_head``), else None:
+    read as a checkpoint it would be BROKEN for a missing backbone and config, and "download again" would
+    not help; the fix names the checkpoint it belongs to."""
+    from clef_format.spec.layouts import HEAD_DIR
+
+    folder = os.path.abspath(path)
+    parent = os.path.dirname(folder)
+    if os.path.basename(folder) != HEAD_DIR or os.path.lexists(os.path.join(folder, "config.json")):
+        return None
+    if not os.path.isfile(os.path.join(parent, "config.json")):
+        return None
+    return PathNotFound(f"{path} is the {HEAD_DIR} folder of the checkpoint {parent}, not a checkpoint",
+                        fix=f"give the checkpoint's folder, {parent}")
+
+
 def cwd_gone(paths: list[str]) -> CouldNotRun | None:
     """The refusal of relative ``paths`` when the working folder no longer exists (deleted, or replaced by
     a new folder at its path: ``migrate .`` from inside the checkpoint does that), else None: nothing

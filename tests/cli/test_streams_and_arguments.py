@@ -389,6 +389,25 @@ def test_migrate_without_path_names_the_flag_given(flag: str, capsys: pytest.Cap
     assert rc == 2 and f["code"] == "usage-error" and f["fix"] == f"clef-format migrate PATH {flag}"
 
 
+@pytest.mark.parametrize("argv", [["verify"], ["layers"], ["manifest"], ["migrate", "--to", "layout-2"],
+                                  ["migrate", "--current"]])
+def test_the_head_folder_of_a_checkpoint_is_refused_naming_the_checkpoint(argv: list[str], ck: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """``verify ck/clef_head``: one refusal naming the checkpoint it belongs to (it was BROKEN for a missing
+    backbone and config.json, with "download the checkpoint again" as the fix)."""
+    from clef_format.spec.layouts import HEAD_DIR
+
+    head = ck / HEAD_DIR
+    rc, out, _ = _in_process(capsys, [argv[0], str(head), *argv[1:], "--json"])
+    (f,) = json.loads(out)["findings"]
+    assert rc == 2 and f["code"] == "path-not-found"
+    assert f["message"] == f"{head} is the {HEAD_DIR} folder of the checkpoint {ck}, not a checkpoint"
+    assert f["fix"] == f"give the checkpoint's folder, {ck}"
+    followed = [argv[0], f["fix"].rsplit(", ", 1)[1], *argv[1:], *(["--dry-run"] if "--to" in argv else []), "--json"]
+    rc, out, _ = _in_process(capsys, followed)  # the fix, followed, reads the checkpoint
+    assert rc in (0, 1) and json.loads(out)["path"] == str(ck), out
+
+
 def test_the_gate_refuses_a_file_as_verify_does(ck: Path) -> None:
     from clef_format.compat import check_checkpoint
     from clef_format.errors import PathNotFound
