@@ -47,6 +47,9 @@ def not_a_folder(path: str) -> PathNotFound:
     kind = ("a file" if stat.S_ISREG(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
             else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "neither a file nor a folder")
     parent = os.path.dirname(os.path.abspath(path))
+    led = os.path.dirname(os.path.realpath(path))  # a link to ck/config.json lies elsewhere; its target in ck
+    if not os.path.isfile(os.path.join(parent, "config.json")) and os.path.isfile(os.path.join(led, "config.json")):
+        parent = led
     if os.path.isfile(os.path.join(parent, "config.json")):
         fix = f"give the checkpoint's folder, {parent}, not {kind} in it"
     else:

@@ -408,6 +408,18 @@ def test_the_head_folder_of_a_checkpoint_is_refused_naming_the_checkpoint(argv: 
     assert rc in (0, 1) and json.loads(out)["path"] == str(ck), out
 
 
+def test_a_link_to_a_checkpoint_file_names_the_checkpoint(ck: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """``verify ~/links/cfg`` where cfg leads to ck/config.json: the fix names ck, where the file really
+    is (it named ~/links, which holds no checkpoint)."""
+    link = tmp_path / "links" / "cfg"
+    link.parent.mkdir()
+    link.symlink_to(ck / "config.json")
+    rc, out, _ = _in_process(capsys, ["verify", str(link), "--json"])
+    (f,) = json.loads(out)["findings"]
+    assert rc == 2 and f["fix"] == f"give the checkpoint's folder, {ck}, not a file in it"
+
+
 def test_the_gate_refuses_a_file_as_verify_does(ck: Path) -> None:
     from clef_format.compat import check_checkpoint
     from clef_format.errors import PathNotFound
