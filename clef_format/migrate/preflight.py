@@ -197,6 +197,19 @@ def lock_held(target: Target) -> bool:
         os.close(fd)
 
 
+def _read_only_in_workspace(target: Target) -> str | None:
+    """The first folder of an interrupted run's workspace this user cannot write (the workspace itself, or
+    a folder of its staged tree, ``new/``), else None: resuming writes there and a rollback removes it, and
+    either would stop half-way with "Permission denied". The parked original (``old/``) is the user's own
+    tree, with the user's own modes: never asked to change."""
+    for top, dirs, _ in os.walk(target.ws):
+        if not os.access(top, os.W_OK | os.X_OK):
+            return top
+        if top == target.ws:
+            dirs[:] = [d for d in dirs if d == "new"]
+    return None
+
+
 def preflight(target: Target, plan: Plan | None, snapshot: bool, check_lock: bool) -> list[MigrateRefused]:
     """Why the write would fail, found before it starts: read-only places, a target that cannot be
     swapped by rename (a mount point, another filesystem), a lock held, not enough space."""
@@ -231,6 +244,12 @@ def preflight(target: Target, plan: Plan | None, snapshot: bool, check_lock: boo
             out.append(MigrateRefused(f"{parent} is read-only for this user: the workspace and lock beside {name} "
                                       "cannot be created; nothing was written",
                                       use_output if target.in_place else "pick a writable --output"))
+    if waits and not out:
+        locked = _read_only_in_workspace(target)
+        if locked:
+            out.append(MigrateRefused(f"{locked} is read-only for this user: {waits}",
+                                      f"make the workspace writable for this user (as its owner: chmod -R u+w "
+                                      f"{quote_path(target.ws)}), then run the same command again"))
     if exists:
         from clef_format.migrate.tree_state import is_mount_point
 

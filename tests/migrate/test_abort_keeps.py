@@ -542,3 +542,44 @@ def test_a_dry_run_text_with_no_revision_says_the_pending_run_not_revision_none(
     assert main(["migrate", str(src), "--dry-run"]) == 0
     text = capsys.readouterr().out
     assert "None" not in text and f"  pending  interrupted run: {REVISION} (staging)\n" in text, text
+
+
+@pytest.mark.parametrize("args", [(), ("--abort",), ("--dry-run",)])
+def test_a_read_only_folder_in_the_workspace_is_named_before_anything_changes_and_its_fix_works(
+        fresh, capsys, args) -> None:
+    """Killed while staging; then a folder of the staged tree became read-only. The resume stopped half-way
+    with a bare "Permission denied" (no path, no fix) and discarded the staged work. Now the run, the abort
+    and the dry run name the folder before writing, and the fix (chmod -R u+w the workspace), followed, lets
+    the same command go on."""
+    import shlex
+    import subprocess
+
+    src = fresh("layout-1")
+    source = file_digests(src)
+    proc = cli("migrate", str(src), "--json", env={CRASH_ENV: "stage:1"})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    ws = src.parent / f".{src.name}.clef-migrate"
+    locked = ws / "new" / "clef_head"
+    staged = sorted(str(p.relative_to(ws)) for p in ws.rglob("*"))
+    locked.chmod(0o555)
+    try:
+        rc, out = _unprivileged(str(src), *args)
+    finally:
+        locked.chmod(0o755)
+    assert rc == 1, out
+    [refusal] = [f for f in out["findings"] if f["severity"] == "error"]
+    assert refusal["code"] == "migrate-refused" and refusal["message"] == (
+        f"{locked} is read-only for this user: the interrupted migrate waiting beside {src.name} (its workspace "
+        f"{ws}) can be neither resumed nor rolled back; nothing was written"), refusal
+    assert refusal["fix"] == ("make the workspace writable for this user (as its owner: chmod -R u+w "
+                              f"{ws}), then run the same command again"), refusal
+    assert sorted(str(p.relative_to(ws)) for p in ws.rglob("*")) == staged and file_digests(src) == source
+    locked.chmod(0o555)
+    chmod = refusal["fix"].split("(as its owner: ", 1)[1].split(")", 1)[0]
+    subprocess.run(shlex.split(chmod), check=True)  # the fix followed, as printed
+    rc, done = _unprivileged(str(src), *args)
+    assert rc == 0 and not [f for f in done["findings"] if f["severity"] == "error"], done
+    if args == ("--abort",):
+        assert siblings(src) == [] and file_digests(src) == source
+    elif args == ():
+        assert siblings(src) == [] and verified(src)[:2] == ("layout-2", True)
