@@ -63,8 +63,13 @@ def crashpoint(phase: str) -> None:
     with _crash_lock:
         _crash_counts[phase] = _crash_counts.get(phase, 0) + 1
         hit = _crash_counts[phase] == int(n or 1)
-    if hit:
-        os.kill(os.getpid(), signal.SIGINT if sig == "INT" else signal.SIGKILL)
+    if hit and sig == "INT":
+        # what Ctrl-C does, here and now: a SIGINT blocked in the mask this process inherited (a parent's
+        # thread that held it back while spawning) would stay pending and the run would finish unstopped
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.raise_signal(signal.SIGINT)  # to this thread, its handler run before it returns
+    elif hit:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def check_crash_env() -> None:

@@ -77,6 +77,19 @@ def test_crash_hook_signals_this_process_at_the_nth_point_of_its_phase(crash_at)
         crash.crashpoint("lock")
 
 
+def test_crash_hook_interrupts_even_with_sigint_blocked_in_the_inherited_mask(crash_at) -> None:
+    """A process started by a thread that held SIGINT back inherits that mask: the hook's Ctrl-C stayed
+    pending and the run finished unstopped (a main-tier test failed so, once, under load). The hook
+    unblocks it and raises it in this thread, handled before the hook returns."""
+    crash_at("lock:1:INT")
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        with pytest.raises(Interrupted):
+            crash.crashpoint("lock")
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 # ---- the journal and the decision about an interrupted run ----------------------------------------
 
 def test_a_written_journal_reads_back(fresh) -> None:
