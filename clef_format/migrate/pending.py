@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from clef_format.errors import PathNotFound, Refused
+from clef_format.errors import MigrateRefused, PathNotFound, Refused
 from clef_format.migrate.details import MigrateDraft
 from clef_format.migrate.recovery import (
     Action,
@@ -44,12 +44,39 @@ def interrupted_at(path: str) -> tuple[Target, Journal | None] | None:
     out = os.path.abspath(path)
     if not os.path.isdir(os.path.dirname(out)):
         return None
-    target = make_target(out, out)
+    # beside the name as given first: an --output that became a symlink after its run was killed still
+    # has the run's workspace beside that name, not beside where the link leads
+    named = Target(os.path.join(os.path.realpath(os.path.dirname(out)), os.path.basename(out)), out, False)
+    target = named if os.path.islink(out) and (os.path.lexists(named.ws) or os.path.lexists(named.lock_path)) \
+        else make_target(out, out)
     if not (os.path.lexists(target.ws) or os.path.lexists(target.lock_path)):
         return None
     journal = read_journal(target)
     source = journal.source if journal else None
     return Target(target.path, source if source is not None else target.path, False), journal
+
+
+def interrupted_beside_link(path: str) -> tuple[Target, Journal | None] | None:
+    """The interrupted run into ``path`` when ``path`` has become a symlink since (its workspace lies beside
+    the link's name, where every run into a link's target would never look), else None."""
+    if not os.path.islink(path):
+        return None
+    found = interrupted_at(path)
+    named = os.path.join(os.path.realpath(os.path.dirname(os.path.abspath(path))), os.path.basename(path))
+    return found if found is not None and found[0].path == named else None
+
+
+def link_refusal(path: str, found: tuple[Target, Journal | None]) -> MigrateRefused:
+    """A run into ``path``, now a symlink, while the run interrupted before it became one still waits: the
+    new run would write where the link leads and leave that run's workspace beside the link forever."""
+    return MigrateRefused(f"{path} is now a symlink (to {os.path.realpath(path)}) and the interrupted migrate into "
+                          f"it still waits beside it ({what(*found)}); nothing was written", link_fix(path))
+
+
+def link_fix(path: str) -> str:
+    """What to run about a run interrupted into ``path`` before it became a symlink."""
+    return (f"clef-format migrate {quote_path(path)} --abort removes what that run left (the link and what it "
+            "leads to are kept), then run the command again")
 
 
 def outputs_beside(source: str) -> list[tuple[Target, Journal]]:
@@ -106,6 +133,8 @@ def litter_message(target: Target, display: str) -> str:
 
 def resume_fix(target: Target, journal: Journal | None, display: str) -> str:
     """What to run about it: the command that resumes it (an --output run), and the one that rolls it back."""
+    if journal is not None and not journal.in_place and os.path.islink(target.path):  # the output became a link
+        return link_fix(display)
     if journal is not None and journal.in_place:  # PATH is gone: the fallback swap's two renames, or moved away
         undo = pending_decision(target, None, abort=True, journal=journal)
         if undo is not None and undo.action is Action.UNSWAP:  # the original is parked in the workspace
@@ -137,7 +166,8 @@ def not_found(path: str, exc: PathNotFound, found: tuple[Target, Journal | None]
 
 def report_interrupted(target: Target, journal: Journal | None, display: str, *, current: bool,
                        dry_run: bool) -> Report:
-    """``migrate T --current`` / ``--abort [--dry-run]`` for an absent ``T``: say what waits beside it, or
+    """``migrate T --current`` / ``--abort [--dry-run]`` for an absent ``T`` (or one that became a symlink
+    since the run was killed): say what waits beside it, or
     roll it back (the source of an --output run is never touched: it was only read)."""
     details = MigrateDraft(journal.from_layout if journal else None, journal.to_layout if journal else None, dry_run,
                            None)
@@ -151,6 +181,10 @@ def report_interrupted(target: Target, journal: Journal | None, display: str, *,
         if holder is not None:  # running, not interrupted: nothing pending
             details.message = running_message(target, journal, display, holder)
             details.pending = None
+        elif os.path.lexists(target.ws) and os.path.islink(display):
+            details.message = (f"{display} is now a symlink (to {os.path.realpath(display)}): an interrupted "
+                               f"migrate into it waits beside it ({what(target, journal)}); "
+                               f"{link_fix(display)}")
         elif os.path.lexists(target.ws):
             details.message = (f"{display} does not exist: an interrupted migrate into it waits beside it "
                                f"({what(target, journal)}); {resume_fix(target, journal, display)}")

@@ -64,7 +64,7 @@ def _changes_at_target(target: Target, journal: Journal) -> list[str] | None:
     """What changed in the tree at the target since the run recorded it staged (empty: nothing, or no
     tree is there: moved away, nothing of it is lost). None: the journal records no state (an older
     clef-format's), so nothing proves the tree unchanged."""
-    if not os.path.lexists(target.path):
+    if not os.path.lexists(target.path) or os.path.islink(target.path):  # a link put there: the tree is elsewhere
         return []
     if journal.new_tree is None:
         return None
@@ -105,7 +105,8 @@ def _replaced(target: Target, journal: Journal, what: str) -> Decision:
     cleanup would delete the original parked in the workspace (its only exact copy: the int8 tables are
     lossy), and rolling back would take the target's tree for the new one."""
     q = quote_path(target.path)
-    why = (f"{target.path} no longer holds the new tree the interrupted migration {what} swapped in (another folder "
+    there = "a symlink" if os.path.islink(target.path) else "another folder"
+    why = (f"{target.path} no longer holds the new tree the interrupted migration {what} swapped in ({there} "
            f"is there now): finishing its cleanup would delete the original tree parked in {target.ws}, and "
            "rolling it back would take that folder for the new tree")
     fix = (f"move {q} away (mv {q} {quote_path(target.path + '.kept')}), then clef-format migrate {q} --abort puts "
@@ -153,15 +154,20 @@ def _decide(target: Target, source_ck: Checkpoint | None, abort: bool, wanted: t
         changed = _changes_at_target(target, journal)
         if changed != []:
             return _refusal(target, journal, what, changed)
-    moved = "" if os.path.lexists(target.path) else " (the new tree had been moved away from it, and is left where it is)"
+    linked = os.path.islink(target.path)  # a symlink the user put there: never the new tree, never touched
+    moved = ("" if os.path.lexists(target.path) and not linked else
+             " (the new tree had been moved away from it, and is left where it is)")
+    if swapped and abort and parked and linked:
+        return _replaced(target, journal, what)
     if swapped and abort and parked:
         return Decision(Action.UNSWAP, f"rolled back the interrupted migration {what}: it had swapped its new tree in, "
                                        f"and the original tree, still complete in the workspace, is back at "
                                        f"{target.path}{moved}", journal)
     if swapped and abort and made_output and moved:
+        left = " (a symlink is at its path now, kept as it is)" if linked else ""
         return Decision(Action.UNSWAP, f"rolled back the interrupted migration {what}: removed its workspace; the "
-                                       f"output {target.path} it had created had been moved away, and is left where it is "
-                                       "(the source was never changed)", journal)
+                                       f"output {target.path} it had created had been moved away, and is left where it is"
+                                       f"{left} (the source was never changed)", journal)
     if swapped and abort and made_output:
         return Decision(Action.UNSWAP, f"rolled back the interrupted migration {what}: removed the output "
                                        f"{target.path} it had created (the source was never changed)", journal)
@@ -268,7 +274,7 @@ def _unswap(target: Target) -> None:
     elif os.path.isdir(target.new):  # exchanged, and the new tree was moved away from the target since
         os.rename(target.new, target.path)
         fsutil.fsync_dir(target.parent)
-    elif os.path.lexists(target.path):  # an output that did not exist before (the journal says out of place)
+    elif os.path.lexists(target.path) and not os.path.islink(target.path):  # an output that did not exist before
         os.rename(target.path, target.new)
         fsutil.fsync_dir(target.parent)
     remove_tree(target.ws)

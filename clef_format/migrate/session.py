@@ -181,13 +181,16 @@ def migrate_path(path: str, opts: Options, progress: Progress | None = None) -> 
     from clef_format.read.hf_cache import locate_checkpoint
 
     check_crash_env()
+    from clef_format.migrate import pending
+
+    beside = pending.interrupted_beside_link(path)  # PATH became a symlink after a run into it was killed
+    if beside is not None and (opts.abort or opts.current):
+        return pending.report_interrupted(*beside, path, current=opts.current, dry_run=opts.dry_run)
     try:
         root = locate_checkpoint(path)
     except PathNotFound as exc:  # an interrupted run into PATH keeps its workspace beside it: look there
         if os.path.exists(path):  # there, and not a folder: the refusal every command gives (read.paths.not_a_folder)
             raise
-        from clef_format.migrate import pending
-
         found = pending.interrupted_at(path)
         if found is not None and (opts.abort or opts.current):
             return pending.report_interrupted(*found, path, current=opts.current, dry_run=opts.dry_run)
@@ -200,6 +203,7 @@ def migrate_path(path: str, opts: Options, progress: Progress | None = None) -> 
 def migrate(root: str, display: str, opts: Options, progress: Progress | None = None) -> Report:
     """Run (or plan) the migration of the checkpoint at ``root`` to ``opts.to``."""
     from clef_format import migrations
+    from clef_format.migrate import pending
 
     target = make_target(root, opts.output)
     # the one walk of the source, before it is read: the state it records is what the run proves unchanged
@@ -227,7 +231,6 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
         journal = read_journal(target)
         details.revision = migrations.revision_of(str(ck.layout))
         details.pending = pending_said(target, journal)
-        from clef_format.migrate import pending
 
         from clef_format.verify.checks.layout import check_layout
 
@@ -260,6 +263,10 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
                 f"{pending.resume_fix(t, j, t.path)}" for t, j in outputs)
         return report.freeze("migrate")
     try:
+        for into in (display, opts.output):  # a run into a name that became a symlink after it was killed
+            beside = pending.interrupted_beside_link(into) if into else None
+            if into and beside is not None:
+                raise pending.link_refusal(into, beside)
         _check_output(target, root, opts.abort)
         if not target.in_place and not opts.abort:
             _refuse_beside_an_in_place_run(target, display)

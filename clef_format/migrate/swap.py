@@ -48,8 +48,9 @@ def _cleanup(target: Target) -> None:
 
 
 def _inode(path: str) -> list[int] | None:
+    """The path's own (device, inode): a symlink put where the new tree was is never that tree."""
     try:
-        st = os.stat(path)
+        st = os.lstat(path)
     except FileNotFoundError:
         return None
     return [st.st_dev, st.st_ino]

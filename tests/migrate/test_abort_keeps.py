@@ -583,3 +583,52 @@ def test_a_read_only_folder_in_the_workspace_is_named_before_anything_changes_an
         assert siblings(src) == [] and file_digests(src) == source
     elif args == ():
         assert siblings(src) == [] and verified(src)[:2] == ("layout-2", True)
+
+
+def test_an_output_that_became_a_symlink_keeps_its_interrupted_run_in_view_and_the_fix_works(
+        fresh, capsys, tmp_path: Path) -> None:
+    """Killed while staging into --output OUT; then OUT was made a symlink to a folder elsewhere. Every
+    command looked beside where the link leads, found nothing, and the run's workspace stayed beside OUT
+    forever (a new run wrote through the link). Now ``--current`` of OUT and of the source names the run,
+    a new run into OUT is refused before writing, and the printed ``--abort`` removes only what the run
+    left: the link and its folder are kept, and the command then runs."""
+    src = fresh("layout-1")
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    proc = cli("migrate", str(src), "--output", str(out), "--json", env={CRASH_ENV: "stage:1"})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    elsewhere.mkdir()
+    out.symlink_to(elsewhere)
+    rc, now = run_json(capsys, str(out), "--current")
+    assert rc == 0 and now["pending"] and now["message"].startswith(
+        f"{out} is now a symlink (to {elsewhere}): an interrupted migrate into it waits beside it"), now
+    fix = f"clef-format migrate {out} --abort removes what that run left (the link and what it leads to are kept)"
+    assert fix in now["message"], now
+    rc, mine = run_json(capsys, str(src), "--current")
+    assert rc == 0 and fix in mine["message"], mine
+    for argv in ([str(src), "--output", str(out)], [str(src), "--output", str(out), "--dry-run"]):
+        rc, refused = run_json(capsys, *argv)
+        [f] = [f for f in refused["findings"] if f["severity"] == "error"]
+        assert rc == 1 and f["code"] == "migrate-refused" and f["fix"].startswith(fix), refused
+        assert list(elsewhere.iterdir()) == []
+    rc, aborted = _follow(capsys, f["fix"].split(" removes ", 1)[0])
+    assert rc == 0 and out.is_symlink() and os.readlink(out) == str(elsewhere), aborted
+    assert siblings(out) == [] and list(elsewhere.iterdir()) == []
+    rc, done = run_json(capsys, str(src), "--output", str(out))  # "then run the command again"
+    assert rc == 0 and out.is_symlink() and verified(elsewhere)[:2] == ("layout-2", True), done
+
+
+def test_abort_after_the_swap_keeps_a_symlink_put_at_the_output(fresh, capsys, tmp_path: Path) -> None:
+    """Killed after its swap into --output OUT; the user moved the new tree to REAL and left OUT as a link to
+    it. ``--abort`` took the link for the output it had created and deleted it; now the link and the tree
+    are kept, and only the workspace is removed."""
+    src = fresh("layout-1")
+    out, real = tmp_path / "out", tmp_path / "real"
+    proc = cli("migrate", str(src), "--output", str(out), "--json", env={CRASH_ENV: SWAPPED})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    out.rename(real)
+    out.symlink_to(real)
+    tree = file_digests(real)
+    rc, done = run_json(capsys, str(out), "--abort")
+    assert rc == 0 and "a symlink is at its path now, kept as it is" in done["message"], done
+    assert out.is_symlink() and os.readlink(out) == str(real) and file_digests(real) == tree
+    assert siblings(out) == []
