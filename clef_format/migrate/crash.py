@@ -45,7 +45,8 @@ def adversary(fn: Callable[[str, int], None]) -> Iterator[None]:
 
 def crashpoint(phase: str) -> None:
     """Signal this process at the n-th crash point of ``phase`` when CLEF_FORMAT_CRASH_AT says so:
-    ``<phase>:<n>`` sends SIGKILL, ``<phase>:<n>:INT`` SIGINT (what Ctrl-C does). Run the
+    ``<phase>:<n>`` sends SIGKILL, ``<phase>:<n>:INT`` SIGINT (what Ctrl-C at a shell does, also in a process
+    started with SIGINT ignored or blocked). Run the
     ``adversary`` there first, when one is set."""
     hook = _adversary
     if hook is not None:
@@ -67,6 +68,11 @@ def crashpoint(phase: str) -> None:
         # what Ctrl-C does, here and now: a SIGINT blocked in the mask this process inherited (a parent's
         # thread that held it back while spawning) would stay pending and the run would finish unstopped
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL):
+            try:  # started in the background (make under a non-interactive shell): SIGINT ignored since exec;
+                signal.signal(signal.SIGINT, signal.default_int_handler)  # a Ctrl-C at a shell is what this is
+            except ValueError:  # not the main thread: only the main thread sets handlers
+                pass
         signal.raise_signal(signal.SIGINT)  # to this thread, its handler run before it returns
     elif hit:
         os.kill(os.getpid(), signal.SIGKILL)

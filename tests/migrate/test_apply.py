@@ -90,6 +90,22 @@ def test_crash_hook_interrupts_even_with_sigint_blocked_in_the_inherited_mask(cr
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
+def test_crash_hook_interrupts_a_process_started_with_sigint_ignored() -> None:
+    """A test runner started in the background (``bash .ci/run &``, make under a non-interactive shell)
+    passes SIGINT ignored to every process it starts: the hook's Ctrl-C did nothing and the run finished
+    (test_a_shell_left_in_the_parked_original_cannot_migrate_it failed so in a backgrounded CI run)."""
+    import subprocess
+    import sys
+
+    code = ("import os, signal\nfrom clef_format.migrate import crash\n"
+            "assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN\n"
+            "try:\n    crash.crashpoint('lock')\nexcept KeyboardInterrupt:\n    print('interrupted')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, CRASH_ENV: "lock:1:INT"},
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert proc.returncode == 0 and proc.stdout == "interrupted\n", (proc.stdout, proc.stderr)
+
+
 # ---- the journal and the decision about an interrupted run ----------------------------------------
 
 def test_a_written_journal_reads_back(fresh) -> None:
