@@ -33,11 +33,11 @@ def test_structure_path_imports_nothing_heavy(tmp_path):
 
     root = build_checkpoint(tmp_path / "full", layout="layout-2", build="hybrid", full_size=True)
     code = (
-        "import sys, io, contextlib\nfrom clef_format.cli import main\n"
+        "import sys\nbefore = set(sys.modules)\nimport io, contextlib\nfrom clef_format.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         f"    rc = main(['verify', {str(root)!r}, '--json'])\n"
-        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'packaging', 'tqdm', 'rich',"
-        " 'dataclasses', 'click', 'huggingface_hub', 'safetensors', 'compressed_tensors', 'pathlib', 'typing'))\n"
+        "heavy = sorted(m for m in set(sys.modules) - before if m.split('.')[0] in ('torch', 'numpy', 'packaging', 'tqdm',"
+        " 'rich', 'dataclasses', 'click', 'huggingface_hub', 'safetensors', 'compressed_tensors', 'pathlib', 'typing'))\n"
         "print(rc, heavy)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
