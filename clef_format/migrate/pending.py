@@ -29,7 +29,9 @@ from clef_format.migrate.workspace import (
     foreign_entries,
     foreign_lock,
     Journal,
+    Phase,
     make_target,
+    output_filled,
     read_journal,
 )
 from clef_format.spec.workspace_names import workspace_owner
@@ -152,6 +154,13 @@ def resume_fix(target: Target, journal: Journal | None, display: str) -> str:
                 + (f"{display} holds the finished result" if done else "then run the migration again"))
     if journal.source is None:
         return f"{back}; then run the migration again"  # nothing of it can be resumed
+    from clef_format.migrate.swap import was_swapped
+
+    if journal.phase in (Phase.STAGING, Phase.STAGED) and not was_swapped(target, journal) and output_filled(target):
+        # someone put files at the --output since: a resumed run is refused for them (session's filled-output rule)
+        return (f"{display} holds files now, so resuming it would be refused: {back} (the --output and its files are "
+                f"kept); or empty {display}, then clef-format migrate {quote_path(journal.source)} --to "
+                f"{journal.to_layout} --output {quote_path(display)} resumes it")
     return (f"clef-format migrate {quote_path(journal.source)} --to {journal.to_layout} --output {quote_path(display)} "
             f"resumes it; {back}")
 

@@ -31,6 +31,7 @@ from clef_format.migrate.workspace import (
     Phase,
     Target,
     make_target,
+    output_filled,
     read_journal,
     workspace_holding,
 )
@@ -128,13 +129,9 @@ def _never_swapped(decided: Decision | None) -> bool:
             and decided.journal.phase in (Phase.STAGING, Phase.STAGED))
 
 
-def _filled(target: Target) -> bool:
-    return os.path.lexists(target.path) and (not os.path.isdir(target.path) or bool(os.listdir(target.path)))
-
-
 def _refuse_a_filled_output(target: Target) -> None:
     """An --output must be new or an empty folder: what is there is someone's, and never the source."""
-    if _filled(target):
+    if output_filled(target):
         raise UsageError(f"--output {target.path} exists and is not an empty directory", fix="pick a new or empty directory")
 
 
@@ -145,7 +142,7 @@ def _filled_output_refusal(target: Target, decided: Decision | None, display: st
     It says what became of the interrupted run's staged work (rolled back, or waiting in its workspace)
     and, with ``dry_run``, that this is what the run would do. ``display`` and ``output`` are PATH and
     --output as typed, for the fix."""
-    if target.in_place or not _never_swapped(decided) or not _filled(target):
+    if target.in_place or not _never_swapped(decided) or not output_filled(target):
         return None
     assert decided is not None  # _never_swapped
     if decided.action is Action.REMOVE:

@@ -182,6 +182,12 @@ def make_target(source: str, output: str | None) -> Target:
     return Target(os.path.join(os.path.realpath(os.path.dirname(out)), os.path.basename(out)), src, False)
 
 
+def output_filled(target: Target) -> bool:
+    """Whether the target holds something: a file, a link, or a folder with entries (an --output must be
+    new or an empty folder; a resumed --output run is refused on the same test)."""
+    return os.path.lexists(target.path) and (not os.path.isdir(target.path) or bool(os.listdir(target.path)))
+
+
 # ---- lock ----------------------------------------------------------------------------------
 
 class LockHeld(MigrateRefused):

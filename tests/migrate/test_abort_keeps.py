@@ -632,3 +632,38 @@ def test_abort_after_the_swap_keeps_a_symlink_put_at_the_output(fresh, capsys, t
     assert rc == 0 and "a symlink is at its path now, kept as it is" in done["message"], done
     assert out.is_symlink() and os.readlink(out) == str(real) and file_digests(real) == tree
     assert siblings(out) == []
+
+
+def test_current_says_a_filled_output_would_refuse_the_resume_and_its_abort_keeps_the_files(
+        fresh, capsys, tmp_path: Path) -> None:
+    """Killed while staging into --output OUT; then someone made OUT and put a file in it. ``--current`` (of
+    OUT and of the source) said "--output OUT resumes it", a run refused for the filled OUT. Now it says
+    so, and gives the abort, which keeps OUT and its file, and the resume once OUT is empty again."""
+    src = fresh("layout-1")
+    out = tmp_path / "out"
+    proc = cli("migrate", str(src), "--output", str(out), "--json", env={CRASH_ENV: "stage:1"})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    out.mkdir()
+    (out / "notes.txt").write_bytes(b"mine\n")
+    said = (f"{out} holds files now, so resuming it would be refused: clef-format migrate {out} --abort rolls it "
+            f"back (the --output and its files are kept); or empty {out}, then clef-format migrate {src} --to "
+            f"layout-2 --output {out} resumes it")
+    for path in (out, src):
+        rc, now = run_json(capsys, str(path), "--current")  # OUT itself is read as what it is: no checkpoint
+        assert rc == (1 if path == out else 0) and now["message"].endswith(said), now
+    rc, refused = run_json(capsys, str(src), "--output", str(out))
+    assert rc == 2 and "exists and is not an empty directory" in refused["findings"][0]["message"], refused
+    (out / "notes.txt").unlink()  # "or empty OUT, then ... resumes it"
+    rc, done = _follow(capsys, said.split("; or empty ", 1)[1].split(", then ", 1)[1].removesuffix(" resumes it"))
+    assert rc == 0 and siblings(out) == [] and verified(out)[:2] == ("layout-2", True), done
+
+
+def test_abort_of_a_staged_run_into_a_filled_output_keeps_the_files(fresh, capsys, tmp_path: Path) -> None:
+    src = fresh("layout-1")
+    out = tmp_path / "out"
+    proc = cli("migrate", str(src), "--output", str(out), "--json", env={CRASH_ENV: "stage:1"})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    out.mkdir()
+    (out / "notes.txt").write_bytes(b"mine\n")
+    rc, done = run_json(capsys, str(out), "--abort")
+    assert rc == 0 and siblings(out) == [] and (out / "notes.txt").read_bytes() == b"mine\n", done
