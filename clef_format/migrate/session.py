@@ -250,6 +250,9 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
             back = would_do(f"{run} --abort", pending_recovery(target, ck, abort=True, journal=journal),
                             "would find nothing to roll back")
             details.message = f"an interrupted migrate waits ({pending.what(target, journal)}): {will}; {back}"
+            blocked = preflight(target, None, False, check_lock=False)  # what the run and the abort would meet first
+            if blocked:
+                details.message += f"; but both would be refused now: {blocked[0].message} (fix: {blocked[0].fix})"
         if holder is None and journal is None and (os.path.lexists(target.ws) or os.path.lexists(target.lock_path)):
             details.message = pending.litter_message(target, display)
         outputs = pending.outputs_beside(target.source) if target.in_place else []

@@ -667,3 +667,23 @@ def test_abort_of_a_staged_run_into_a_filled_output_keeps_the_files(fresh, capsy
     (out / "notes.txt").write_bytes(b"mine\n")
     rc, done = run_json(capsys, str(out), "--abort")
     assert rc == 0 and siblings(out) == [] and (out / "notes.txt").read_bytes() == b"mine\n", done
+
+
+def test_current_foretells_that_a_read_only_parent_refuses_the_resume_and_the_abort(fresh) -> None:
+    """``--current`` gave the resume and the abort of a run killed while staging, both refused while the
+    folder holding the checkpoint is read-only; now it says so, with the refusal's own fix."""
+    src = fresh("layout-1")
+    proc = cli("migrate", str(src), "--json", env={CRASH_ENV: "stage:1"})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    parent = src.parent
+    parent.chmod(0o555)
+    try:
+        rc, out = _unprivileged(str(src), "--current")
+        _, refused = _unprivileged(str(src))
+    finally:
+        parent.chmod(0o755)
+    [refusal] = [f for f in refused["findings"] if f["severity"] == "error"]
+    assert rc == 0 and out["message"].endswith(
+        f"; but both would be refused now: {refusal['message']} (fix: {refusal['fix']})"), out
+    rc, out = _unprivileged(str(src), "--current")
+    assert rc == 0 and "would be refused" not in out["message"], out
