@@ -61,10 +61,11 @@ def interrupted_at(path: str) -> tuple[Target, Journal | None] | None:
 def interrupted_beside_link(path: str) -> tuple[Target, Journal | None] | None:
     """The interrupted run into ``path`` when ``path`` has become a symlink since (its workspace lies beside
     the link's name, where every run into a link's target would never look), else None."""
-    if not os.path.islink(path):
+    if not os.path.islink(os.path.abspath(path)):  # abspath: OUT/ (as tab completion writes it) is OUT
         return None
     found = interrupted_at(path)
-    named = os.path.join(os.path.realpath(os.path.dirname(os.path.abspath(path))), os.path.basename(path))
+    out = os.path.abspath(path)
+    named = os.path.join(os.path.realpath(os.path.dirname(out)), os.path.basename(out))
     return found if found is not None and found[0].path == named else None
 
 
@@ -79,6 +80,15 @@ def link_fix(path: str) -> str:
     """What to run about a run interrupted into ``path`` before it became a symlink."""
     return (f"clef-format migrate {quote_path(path)} --abort removes what that run left (the link and what it "
             "leads to are kept), then run the command again")
+
+
+def refused_now(target: Target) -> str:
+    """What ``--current`` adds when the resume and the abort of the run waiting at ``target`` would both be
+    refused now (a read-only parent or workspace folder: the preflight both meet first), else ""."""
+    from clef_format.migrate.preflight import preflight
+
+    blocked = preflight(target, None, False, check_lock=False) if os.path.isdir(target.ws) else []
+    return f"; but both would be refused now: {blocked[0].message} (fix: {blocked[0].fix})" if blocked else ""
 
 
 def outputs_beside(source: str) -> list[tuple[Target, Journal]]:
@@ -190,13 +200,14 @@ def report_interrupted(target: Target, journal: Journal | None, display: str, *,
         if holder is not None:  # running, not interrupted: nothing pending
             details.message = running_message(target, journal, display, holder)
             details.pending = None
-        elif os.path.lexists(target.ws) and os.path.islink(display):
+        elif os.path.lexists(target.ws) and os.path.islink(os.path.abspath(display)):
             details.message = (f"{display} is now a symlink (to {os.path.realpath(display)}): an interrupted "
                                f"migrate into it waits beside it ({what(target, journal)}); "
                                f"{link_fix(display)}")
         elif os.path.lexists(target.ws):
             details.message = (f"{display} does not exist: an interrupted migrate into it waits beside it "
-                               f"({what(target, journal)}); {resume_fix(target, journal, display)}")
+                               f"({what(target, journal)}); {resume_fix(target, journal, display)}"
+                               f"{refused_now(target)}")
         else:
             details.message = (f"{display} does not exist; only the lock of a killed migrate into it is left "
                                f"({target.lock_path}): clef-format migrate {quote_path(display)} --abort removes it")

@@ -200,8 +200,9 @@ def lock_held(target: Target) -> bool:
 def _read_only_in_workspace(target: Target) -> str | None:
     """The first folder of an interrupted run's workspace this user cannot write (the workspace itself, or
     a folder of its staged tree, ``new/``), else None: resuming writes there and a rollback removes it, and
-    either would stop half-way with "Permission denied". The parked original (``old/``) is the user's own
-    tree, with the user's own modes: never asked to change."""
+    either would stop half-way with "Permission denied". Only folders: the files of a staged or parked
+    tree may be hard links to the checkpoint's own, whose modes a ``chmod -R`` would change. The parked
+    original of the fallback swap (``old/``) is not looked at."""
     for top, dirs, _ in os.walk(target.ws):
         if not os.access(top, os.W_OK | os.X_OK):
             return top
@@ -248,8 +249,9 @@ def preflight(target: Target, plan: Plan | None, snapshot: bool, check_lock: boo
         locked = _read_only_in_workspace(target)
         if locked:
             out.append(MigrateRefused(f"{locked} is read-only for this user: {waits}",
-                                      f"make the workspace writable for this user (as its owner: chmod -R u+w "
-                                      f"{quote_path(target.ws)}), then run the same command again"))
+                                      f"make the workspace's folders writable for this user (as its owner: find "
+                                      f"{quote_path(target.ws)} -type d -exec chmod u+w {{}} +), then run the same "
+                                      "command again"))
     if exists:
         from clef_format.migrate.tree_state import is_mount_point
 

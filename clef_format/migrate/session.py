@@ -240,7 +240,7 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
             details.pending = None
         elif journal and journal.in_place is False:  # PATH is the output of an interrupted --output run
             details.message = (f"an interrupted migrate into {display} waits ({pending.what(target, journal)}): "
-                               f"{pending.resume_fix(target, journal, display)}")
+                               f"{pending.resume_fix(target, journal, display)}{pending.refused_now(target)}")
         elif journal:
             from clef_format.migrate.recovery import pending_recovery, would_do
 
@@ -249,10 +249,8 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
                             "would resume its staging")
             back = would_do(f"{run} --abort", pending_recovery(target, ck, abort=True, journal=journal),
                             "would find nothing to roll back")
-            details.message = f"an interrupted migrate waits ({pending.what(target, journal)}): {will}; {back}"
-            blocked = preflight(target, None, False, check_lock=False)  # what the run and the abort would meet first
-            if blocked:
-                details.message += f"; but both would be refused now: {blocked[0].message} (fix: {blocked[0].fix})"
+            details.message = (f"an interrupted migrate waits ({pending.what(target, journal)}): {will}; {back}"
+                               f"{pending.refused_now(target)}")
         if holder is None and journal is None and (os.path.lexists(target.ws) or os.path.lexists(target.lock_path)):
             details.message = pending.litter_message(target, display)
         outputs = pending.outputs_beside(target.source) if target.in_place else []
@@ -260,7 +258,7 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
             details.pending_outputs = [t.path for t, _ in outputs]
             details.message = "; ".join(
                 f"an interrupted migrate from here into --output {t.path} waits ({pending.what(t, j)}): "
-                f"{pending.resume_fix(t, j, t.path)}" for t, j in outputs)
+                f"{pending.resume_fix(t, j, t.path)}{pending.refused_now(t)}" for t, j in outputs)
         return report.freeze("migrate")
     try:
         for into in (display, opts.output):  # a run into a name that became a symlink after it was killed

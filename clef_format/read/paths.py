@@ -50,6 +50,7 @@ def not_a_folder(path: str) -> PathNotFound:
     led = os.path.dirname(os.path.realpath(path))  # a link to ck/config.json lies elsewhere; its target in ck
     if not os.path.isfile(os.path.join(parent, "config.json")) and os.path.isfile(os.path.join(led, "config.json")):
         parent = led
+    parent = checkpoint_of_head(led) or parent  # ck/clef_head/joint_head_config.json: the checkpoint is ck
     if os.path.isfile(os.path.join(parent, "config.json")):
         fix = f"give the checkpoint's folder, {parent}, not {kind} in it"
     else:
@@ -63,14 +64,21 @@ def a_part_of_a_checkpoint(path: str) -> PathNotFound | None:
     not help; the fix names the checkpoint it belongs to."""
     from clef_format.spec.layouts import HEAD_DIR
 
-    folder = os.path.abspath(path)
+    checkpoint = checkpoint_of_head(os.path.realpath(path))  # a link to ck/clef_head is the same folder
+    if checkpoint is None:
+        return None
+    return PathNotFound(f"{path} is the {HEAD_DIR} folder of the checkpoint {checkpoint}, not a checkpoint",
+                        fix=f"give the checkpoint's folder, {checkpoint}")
+
+
+def checkpoint_of_head(folder: str) -> str | None:
+    """The checkpoint whose ``clef_head/`` ``folder`` (absolute, resolved) is, else None."""
+    from clef_format.spec.layouts import HEAD_DIR
+
     parent = os.path.dirname(folder)
     if os.path.basename(folder) != HEAD_DIR or os.path.lexists(os.path.join(folder, "config.json")):
         return None
-    if not os.path.isfile(os.path.join(parent, "config.json")):
-        return None
-    return PathNotFound(f"{path} is the {HEAD_DIR} folder of the checkpoint {parent}, not a checkpoint",
-                        fix=f"give the checkpoint's folder, {parent}")
+    return parent if os.path.isfile(os.path.join(parent, "config.json")) else None
 
 
 def cwd_gone(paths: list[str]) -> CouldNotRun | None:

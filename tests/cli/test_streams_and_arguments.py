@@ -408,6 +408,27 @@ def test_the_head_folder_of_a_checkpoint_is_refused_naming_the_checkpoint(argv: 
     assert rc in (0, 1) and json.loads(out)["path"] == str(ck), out
 
 
+@pytest.mark.parametrize("argv", [["verify"], ["layers"], ["manifest"], ["migrate", "--current"]])
+def test_a_link_to_the_head_folder_or_a_file_in_it_names_the_checkpoint(argv: list[str], ck: Path, tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """A symlink to ck/clef_head was read as a checkpoint: BROKEN, "download again", and ``manifest`` wrote
+    its clef_manifest.json through the link into the checkpoint's head folder. A file inside clef_head/ was
+    said to lie in clef_head, not in the checkpoint. Now both name the checkpoint, and nothing is written."""
+    from clef_format.spec.layouts import HEAD_DIR
+
+    link = tmp_path / "headlink"
+    link.symlink_to(ck / HEAD_DIR)
+    before = sorted(p.name for p in (ck / HEAD_DIR).iterdir())
+    rc, out, _ = _in_process(capsys, [argv[0], str(link), *argv[1:], "--json"])
+    (f,) = json.loads(out)["findings"]
+    assert rc == 2 and f["message"] == f"{link} is the {HEAD_DIR} folder of the checkpoint {ck}, not a checkpoint"
+    assert sorted(p.name for p in (ck / HEAD_DIR).iterdir()) == before
+    inner = next(p for p in (ck / HEAD_DIR).iterdir() if p.suffix == ".json")
+    rc, out, _ = _in_process(capsys, [argv[0], str(inner), *argv[1:], "--json"])
+    (f,) = json.loads(out)["findings"]
+    assert rc == 2 and f["fix"] == f"give the checkpoint's folder, {ck}, not a file in it", f
+
+
 def test_a_link_to_a_checkpoint_file_names_the_checkpoint(ck: Path, tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     """``verify ~/links/cfg`` where cfg leads to ck/config.json: the fix names ck, where the file really

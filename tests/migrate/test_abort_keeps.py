@@ -549,12 +549,14 @@ def test_a_read_only_folder_in_the_workspace_is_named_before_anything_changes_an
         fresh, capsys, args) -> None:
     """Killed while staging; then a folder of the staged tree became read-only. The resume stopped half-way
     with a bare "Permission denied" (no path, no fix) and discarded the staged work. Now the run, the abort
-    and the dry run name the folder before writing, and the fix (chmod -R u+w the workspace), followed, lets
+    and the dry run name the folder before writing, and the fix (u+w on the workspace's folders only: its files
+    may be hard links to the checkpoint's), followed, lets
     the same command go on."""
     import shlex
     import subprocess
 
     src = fresh("layout-1")
+    (src / "tokenizer.json").chmod(0o444)  # the user's read-only file: linked, not copied, into the staged tree
     source = file_digests(src)
     proc = cli("migrate", str(src), "--json", env={CRASH_ENV: "stage:1"})
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
@@ -571,12 +573,14 @@ def test_a_read_only_folder_in_the_workspace_is_named_before_anything_changes_an
     assert refusal["code"] == "migrate-refused" and refusal["message"] == (
         f"{locked} is read-only for this user: the interrupted migrate waiting beside {src.name} (its workspace "
         f"{ws}) can be neither resumed nor rolled back; nothing was written"), refusal
-    assert refusal["fix"] == ("make the workspace writable for this user (as its owner: chmod -R u+w "
-                              f"{ws}), then run the same command again"), refusal
+    assert refusal["fix"] == ("make the workspace's folders writable for this user (as its owner: find "
+                              f"{ws} -type d -exec chmod u+w {{}} +), then run the same command again"), refusal
     assert sorted(str(p.relative_to(ws)) for p in ws.rglob("*")) == staged and file_digests(src) == source
     locked.chmod(0o555)
-    chmod = refusal["fix"].split("(as its owner: ", 1)[1].split(")", 1)[0]
+    modes = {p: p.stat().st_mode for p in src.rglob("*") if p.is_file()}
+    chmod = refusal["fix"].split("(as its owner: ", 1)[1].split("), then", 1)[0]
     subprocess.run(shlex.split(chmod), check=True)  # the fix followed, as printed
+    assert {p: p.stat().st_mode for p in src.rglob("*") if p.is_file()} == modes  # hard links: never chmod'ed
     rc, done = _unprivileged(str(src), *args)
     assert rc == 0 and not [f for f in done["findings"] if f["severity"] == "error"], done
     if args == ("--abort",):
@@ -687,3 +691,37 @@ def test_current_foretells_that_a_read_only_parent_refuses_the_resume_and_the_ab
         f"; but both would be refused now: {refusal['message']} (fix: {refusal['fix']})"), out
     rc, out = _unprivileged(str(src), "--current")
     assert rc == 0 and "would be refused" not in out["message"], out
+
+
+def test_a_trailing_slash_on_a_symlinked_output_finds_the_same_interrupted_run(fresh, capsys, tmp_path: Path) -> None:
+    """``OUT/`` (as tab completion writes it) for an --output that became a symlink: ``--current`` saw no
+    run and ``--abort`` said there was nothing to roll back, leaving the workspace for good."""
+    src = fresh("layout-1")
+    out, real = tmp_path / "out", tmp_path / "real"
+    proc = cli("migrate", str(src), "--output", str(out), "--json", env={CRASH_ENV: SWAPPED})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    out.rename(real)
+    out.symlink_to(real)
+    rc, now = run_json(capsys, f"{out}/", "--current")
+    assert rc == 0 and "is now a symlink" in now["message"], now
+    rc, done = run_json(capsys, f"{out}/", "--abort")
+    assert rc == 0 and siblings(out) == [] and out.is_symlink() and verified(real)[:2] == ("layout-2", True), done
+
+
+def test_current_of_an_output_run_foretells_a_read_only_workspace_folder(fresh, tmp_path: Path) -> None:
+    """As in place: ``OUT --current`` and ``SRC --current`` of an --output run killed while staging gave its
+    resume and abort, both refused while a folder of its workspace is read-only; now they say so."""
+    src = fresh("layout-1")
+    out = tmp_path / "out"
+    proc = cli("migrate", str(src), "--output", str(out), "--json", env={CRASH_ENV: "stage:1"})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    locked = tmp_path / ".out.clef-migrate" / "new" / "clef_head"
+    locked.chmod(0o555)
+    try:
+        said = [_unprivileged(str(path), "--current")[1]["message"] for path in (out, src)]
+        _, refused = _unprivileged(str(out), "--abort")
+    finally:
+        locked.chmod(0o755)
+    [refusal] = [f for f in refused["findings"] if f["severity"] == "error"]
+    for message in said:
+        assert message.endswith(f"; but both would be refused now: {refusal['message']} (fix: {refusal['fix']})"), said
