@@ -17,7 +17,6 @@ from clef_format.migrate.recovery import (
     Action,
     foretold,
     pending_decision,
-    pending_recovery,
     pending_said,
     phase_said,
     recover,
@@ -201,9 +200,11 @@ def report_interrupted(target: Target, journal: Journal | None, display: str, *,
             details.message = running_message(target, journal, display, holder)
             details.pending = None
         elif os.path.lexists(target.ws) and os.path.islink(os.path.abspath(display)):
+            undo = pending_decision(target, None, abort=True, journal=journal)
+            then = (f"clef-format migrate {quote_path(display)} --abort would be refused: {undo.note} (fix: {undo.fix})"
+                    if undo is not None and undo.action is Action.REFUSE else link_fix(display))
             details.message = (f"{display} is now a symlink (to {os.path.realpath(display)}): an interrupted "
-                               f"migrate into it waits beside it ({what(target, journal)}); "
-                               f"{link_fix(display)}")
+                               f"migrate into it waits beside it ({what(target, journal)}); {then}")
         elif os.path.lexists(target.ws):
             details.message = (f"{display} does not exist: an interrupted migrate into it waits beside it "
                                f"({what(target, journal)}); {resume_fix(target, journal, display)}"
@@ -217,9 +218,13 @@ def report_interrupted(target: Target, journal: Journal | None, display: str, *,
     # the rollback deletes the workspace beside T: a read-only folder refuses it before anything is removed
     problems = preflight(target, None, False, check_lock=False) if os.path.lexists(target.ws) else []
     if dry_run:
-        will = pending_recovery(target, None, abort=True)
+        decided = pending_decision(target, None, abort=True)
+        will = foretold(decided)
         details.recovery = will
         details.message = f"--abort would do this: {will}" if will else "no interrupted migration to roll back"
+        if decided is not None and decided.action is Action.REFUSE:  # as the --abort itself refuses: an error
+            details.message = f"--abort would be refused: {decided.note}"  # as session's dry run says it
+            report.findings.append(error("migrate-refused", details.message, fix=decided.fix))
         for problem in problems[:1]:  # as the --abort itself stops
             report.findings.append(error(problem.code, problem.message, fix=problem.fix))
             details.message = f"--abort would be refused: {problem.message}"

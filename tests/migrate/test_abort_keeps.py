@@ -725,3 +725,29 @@ def test_current_of_an_output_run_foretells_a_read_only_workspace_folder(fresh, 
     [refusal] = [f for f in refused["findings"] if f["severity"] == "error"]
     for message in said:
         assert message.endswith(f"; but both would be refused now: {refusal['message']} (fix: {refusal['fix']})"), said
+
+
+def test_a_checkpoint_replaced_by_a_symlink_after_the_swap_dry_run_and_current_say_the_abort_is_refused(
+        fresh, capsys, tmp_path: Path) -> None:
+    """In place, killed after the swap; the user moved the checkpoint and left a symlink to it at its path.
+    ``--abort --dry-run`` said "would be refused" with exit 0 and no finding, and ``--current`` gave that
+    refused ``--abort`` as the way out. Now the dry run refuses as the abort does (exit 1, the same error),
+    ``--current`` says the abort is refused with its fix, and the fix followed puts the original back."""
+    src = fresh("layout-1")
+    original = file_digests(src)
+    proc = cli("migrate", str(src), "--json", env={CRASH_ENV: SWAPPED})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    moved = tmp_path / "moved"
+    src.rename(moved)
+    src.symlink_to(moved)
+    rc, dry = run_json(capsys, str(src), "--abort", "--dry-run")
+    rc_real, real = run_json(capsys, str(src), "--abort")
+    [f] = [f for f in real["findings"] if f["severity"] == "error"]
+    [g] = [g for g in dry["findings"] if g["severity"] == "error"]
+    assert rc_real == 1 and rc == 1 and g["fix"] == f["fix"], (dry, real)
+    assert g["message"] == "--abort would be refused: " + f["message"].removesuffix("; nothing was changed"), g
+    rc, now = run_json(capsys, str(src), "--current")
+    assert rc == 0 and f"{g['message']} (fix: {f['fix']})" in now["message"], now
+    src.unlink()  # the fix: move what is at PATH away (here: the link), then --abort
+    rc, done = run_json(capsys, str(src), "--abort")
+    assert rc == 0 and file_digests(src) == original and siblings(src) == [], done
