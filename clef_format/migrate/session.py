@@ -533,6 +533,10 @@ def _dry_run(ck: Checkpoint, target: Target, opts: Options, report: ReportDraft)
             report.findings.append(error(problem.code, problem.message, fix=problem.fix))
             details.message = f"--abort would be refused: {problem.message}"
         return report
+    first = preflight(target, None, ck.hf_snapshot, check_lock=False) if decided is not None else []
+    if first:  # the run's first check, before its recovery: a read-only folder stops it there, as it does
+        report.findings.append(error(first[0].code, first[0].message, fix=first[0].fix))
+        return report
     refusal = _filled_output_refusal(target, decided, report.path, opts.output, dry_run=True)
     if refusal is not None:  # the run would stop there, as it does: nothing else to plan
         report.findings.append(error(refusal.code, str(refusal), fix=refusal.fix))

@@ -751,3 +751,22 @@ def test_a_checkpoint_replaced_by_a_symlink_after_the_swap_dry_run_and_current_s
     src.unlink()  # the fix: move what is at PATH away (here: the link), then --abort
     rc, done = run_json(capsys, str(src), "--abort")
     assert rc == 0 and file_digests(src) == original and siblings(src) == [], done
+
+
+@pytest.mark.parametrize("to", [(), ("--to", "layout-1")])
+def test_dry_run_after_the_swap_foretells_a_read_only_workspace_folder(fresh, to) -> None:
+    """In place, killed after the swap; then a folder of the workspace became read-only. The dry runs said
+    the recovery would finish (exit 0) and the runs refused; now each dry run gives the run's refusal."""
+    src = fresh("layout-1")
+    proc = cli("migrate", str(src), "--json", env={CRASH_ENV: SWAPPED})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    locked = src.parent / f".{src.name}.clef-migrate" / "new" / "clef_head"
+    locked.chmod(0o555)
+    try:
+        rc_dry, dry = _unprivileged(str(src), *to, "--dry-run")
+        rc, real = _unprivileged(str(src), *to)
+    finally:
+        locked.chmod(0o755)
+    errors = [[(f["code"], f["message"], f["fix"]) for f in out["findings"] if f["severity"] == "error"]
+              for out in (dry, real)]
+    assert rc_dry == rc == 1 and errors[0] == errors[1] and len(errors[0]) == 1, (dry, real)
