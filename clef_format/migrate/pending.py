@@ -167,9 +167,11 @@ def resume_fix(target: Target, journal: Journal | None, display: str) -> str:
 
     if journal.phase in (Phase.STAGING, Phase.STAGED) and not was_swapped(target, journal) and output_filled(target):
         # someone put files at the --output since: a resumed run is refused for them (session's filled-output rule)
-        return (f"{display} holds files now, so resuming it would be refused: {back} (the --output and its files are "
-                f"kept); or empty {display}, then clef-format migrate {quote_path(journal.source)} --to "
-                f"{journal.to_layout} --output {quote_path(display)} resumes it")
+        folder = os.path.isdir(target.path) and not os.path.islink(target.path)
+        return (f"{display} {'holds files' if folder else 'is a file'} now, so resuming it would be refused: {back} "
+                f"(the --output and {'its files' if folder else 'that file'} are kept); or "
+                f"{'empty' if folder else 'move away'} {display}, then clef-format migrate {quote_path(journal.source)} "
+                f"--to {journal.to_layout} --output {quote_path(display)} resumes it")
     return (f"clef-format migrate {quote_path(journal.source)} --to {journal.to_layout} --output {quote_path(display)} "
             f"resumes it; {back}")
 
@@ -205,6 +207,10 @@ def report_interrupted(target: Target, journal: Journal | None, display: str, *,
                     if undo is not None and undo.action is Action.REFUSE else link_fix(display))
             details.message = (f"{display} is now a symlink (to {os.path.realpath(display)}): an interrupted "
                                f"migrate into it waits beside it ({what(target, journal)}); {then}")
+        elif os.path.lexists(target.ws) and os.path.lexists(display):  # a file put where the output was to be
+            details.message = (f"{display} is a file now, not a folder: an interrupted migrate into it waits beside it "
+                               f"({what(target, journal)}); {resume_fix(target, journal, display)}"
+                               f"{refused_now(target)}")
         elif os.path.lexists(target.ws):
             details.message = (f"{display} does not exist: an interrupted migrate into it waits beside it "
                                f"({what(target, journal)}); {resume_fix(target, journal, display)}"

@@ -186,11 +186,12 @@ def migrate_path(path: str, opts: Options, progress: Progress | None = None) -> 
     try:
         root = locate_checkpoint(path)
     except PathNotFound as exc:  # an interrupted run into PATH keeps its workspace beside it: look there
-        if os.path.exists(path):  # there, and not a folder: the refusal every command gives (read.paths.not_a_folder)
-            raise
-        found = pending.interrupted_at(path)
+        # (absent, or a file put where the run's --output was to be: --current and --abort still reach the run)
+        found = None if os.path.isdir(path) else pending.interrupted_at(path)
         if found is not None and (opts.abort or opts.current):
             return pending.report_interrupted(*found, path, current=opts.current, dry_run=opts.dry_run)
+        if os.path.exists(path):  # there, and not a folder: the refusal every command gives (read.paths.not_a_folder)
+            raise
         raise pending.not_found(path, exc, found) from None
     if not os.access(root, os.R_OK | os.X_OK):
         raise CouldNotRun(f"{path}: permission denied", fix="run as a user who can read the checkpoint")

@@ -770,3 +770,19 @@ def test_dry_run_after_the_swap_foretells_a_read_only_workspace_folder(fresh, to
     errors = [[(f["code"], f["message"], f["fix"]) for f in out["findings"] if f["severity"] == "error"]
               for out in (dry, real)]
     assert rc_dry == rc == 1 and errors[0] == errors[1] and len(errors[0]) == 1, (dry, real)
+
+
+def test_an_output_replaced_by_a_file_keeps_its_interrupted_run_in_reach(fresh, capsys, tmp_path: Path) -> None:
+    """Killed while staging into --output OUT; then a file was written at OUT. ``OUT --current`` and
+    ``OUT --abort`` said "OUT is a file, not a folder" (exit 2), the run's workspace unreachable by the form
+    the tool prints. Now both reach the run, and the abort keeps the file."""
+    src = fresh("layout-1")
+    out = tmp_path / "out"
+    proc = cli("migrate", str(src), "--output", str(out), "--json", env={CRASH_ENV: "stage:1"})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    out.write_bytes(b"mine\n")
+    rc, now = run_json(capsys, str(out), "--current")
+    assert rc == 0 and now["message"].startswith(f"{out} is a file now, not a folder: an interrupted migrate"), now
+    assert f"clef-format migrate {out} --abort rolls it back (the --output and that file are kept)" in now["message"]
+    rc, done = run_json(capsys, str(out), "--abort")
+    assert rc == 0 and siblings(out) == [] and out.read_bytes() == b"mine\n", done
