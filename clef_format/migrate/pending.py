@@ -42,7 +42,9 @@ from clef_format.spec.findings import error, info
 def interrupted_at(path: str) -> tuple[Target, Journal | None] | None:
     """The interrupted run whose target is ``path`` (which need not exist): its workspace or lock lies
     beside it. (the target, its journal or None); None when there is neither."""
-    out = os.path.abspath(path)
+    from clef_format.read.paths import as_the_kernel_resolves
+
+    out = as_the_kernel_resolves(path)
     if not os.path.isdir(os.path.dirname(out)):
         return None
     # beside the name as given first: an --output that became a symlink after its run was killed still
@@ -60,10 +62,12 @@ def interrupted_at(path: str) -> tuple[Target, Journal | None] | None:
 def interrupted_beside_link(path: str) -> tuple[Target, Journal | None] | None:
     """The interrupted run into ``path`` when ``path`` has become a symlink since (its workspace lies beside
     the link's name, where every run into a link's target would never look), else None."""
-    if not os.path.islink(os.path.abspath(path)):  # abspath: OUT/ (as tab completion writes it) is OUT
+    from clef_format.read.paths import as_the_kernel_resolves
+
+    out = as_the_kernel_resolves(path)  # OUT/ (as tab completion writes it) is OUT
+    if not os.path.islink(out):
         return None
     found = interrupted_at(path)
-    out = os.path.abspath(path)
     named = os.path.join(os.path.realpath(os.path.dirname(out)), os.path.basename(out))
     return found if found is not None and found[0].path == named else None
 

@@ -176,7 +176,9 @@ def make_target(source: str, output: str | None) -> Target:
     src = os.path.realpath(source)
     if output is None:
         return Target(src, src, True)
-    out = os.path.abspath(output)
+    from clef_format.read.paths import as_the_kernel_resolves
+
+    out = as_the_kernel_resolves(output)
     if os.path.islink(out):
         out = os.path.realpath(out)
     return Target(os.path.join(os.path.realpath(os.path.dirname(out)), os.path.basename(out)), src, False)

@@ -18,6 +18,17 @@ def inside(path: str, base: str) -> bool:
     return path == base or path.startswith(base.rstrip(os.sep) + os.sep)
 
 
+def as_the_kernel_resolves(path: str) -> str:
+    """``path`` made absolute the way the kernel resolves it, its last component kept as named: a ``..``
+    after a symlink goes up from where the link leads (``L/../out``, L a link to R/sub, is R/out, where
+    ``mkdir`` and every other program put it), never lexically (``os.path.abspath`` says ./out)."""
+    joined = os.path.join(os.getcwd(), path).rstrip(os.sep) or os.sep
+    head, tail = os.path.split(joined)
+    if tail in ("", ".", ".."):
+        return os.path.realpath(joined)
+    return os.path.join(os.path.realpath(head), tail)
+
+
 def safe_member(rel: str) -> str | None:
     """Normalise a path named inside the checkpoint (index or manifest entry); ``None`` if it could leave it.
 

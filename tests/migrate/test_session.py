@@ -670,3 +670,19 @@ def test_a_checkpoint_already_at_its_target_names_no_recovery_in_a_dry_run_and_i
     rc, done = run_json(capsys, str(root), "--to", "layout-2")
     assert rc == 0 and done["result"] == str(root) and "recovery" not in done, done
     assert file_digests(root) == before
+
+
+def test_an_output_with_dotdot_after_a_symlink_lands_where_the_kernel_resolves_it(fresh, capsys, tmp_path) -> None:
+    """``--output L/../kout`` with L a link to R/sub: the shell's ``mkdir L/../kout`` made R/kout, but the
+    run resolved the string lexically and wrote ./kout, so ``verify L/../kout`` found an empty folder. Now
+    --output is resolved as PATH is, by the kernel: the result is in R/kout, where the user's folder is."""
+    from tests.support.migrate import run_json, verified
+
+    src = fresh("layout-1")
+    (tmp_path / "R" / "sub").mkdir(parents=True)
+    (tmp_path / "L").symlink_to(tmp_path / "R" / "sub")
+    (tmp_path / "R" / "kout").mkdir()
+    given = f"{tmp_path}/L/../kout"
+    rc, done = run_json(capsys, str(src), "--output", given)
+    assert rc == 0 and verified(tmp_path / "R" / "kout")[:2] == ("layout-2", True), done
+    assert not (tmp_path / "kout").exists()
