@@ -150,6 +150,8 @@ def _decide(target: Target, source_ck: Checkpoint | None, abort: bool, wanted: t
     swapped = phase is Phase.SWAPPED or (phase is Phase.STAGED and was_swapped(target, journal))
     parked = os.path.isdir(target.new) or os.path.isdir(target.old)  # complete by construction (_discard)
     made_output = journal.in_place is False and not parked  # an --output that did not exist before
+    if swapped and abort and parked and os.path.lexists(target.path) and not holds_new_tree(target, journal):
+        return _replaced(target, journal, what)  # another tree is there: as a run finishing it would say
     if swapped and abort and (parked or made_output):  # the rollback deletes the tree at the target
         changed = _changes_at_target(target, journal)
         if changed != []:
@@ -157,8 +159,6 @@ def _decide(target: Target, source_ck: Checkpoint | None, abort: bool, wanted: t
     linked = os.path.islink(target.path)  # a symlink the user put there: never the new tree, never touched
     moved = ("" if os.path.lexists(target.path) and not linked else
              " (the new tree had been moved away from it, and is left where it is)")
-    if swapped and abort and parked and linked:
-        return _replaced(target, journal, what)
     if swapped and abort and parked:
         return Decision(Action.UNSWAP, f"rolled back the interrupted migration {what}: it had swapped its new tree in, "
                                        f"and the original tree, still complete in the workspace, is back at "

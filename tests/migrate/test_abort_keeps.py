@@ -786,3 +786,25 @@ def test_an_output_replaced_by_a_file_keeps_its_interrupted_run_in_reach(fresh, 
     assert f"clef-format migrate {out} --abort rolls it back (the --output and that file are kept)" in now["message"]
     rc, done = run_json(capsys, str(out), "--abort")
     assert rc == 0 and siblings(out) == [] and out.read_bytes() == b"mine\n", done
+
+
+def test_abort_with_another_folder_at_path_says_what_the_finishing_run_says(fresh, capsys, tmp_path: Path) -> None:
+    """In place, killed after the swap; the new tree moved away and a new folder made at PATH. ``--abort``
+    said the new tree had changed and offered "or finish the migration instead", which is refused
+    ("another folder is there now"). Now both say the same, and the fix they share works."""
+    src = fresh("layout-1")
+    original = file_digests(src)
+    proc = cli("migrate", str(src), "--json", env={CRASH_ENV: SWAPPED})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    src.rename(tmp_path / "moved")
+    src.mkdir()
+    (src / "notes").write_bytes(b"mine\n")
+    rc, aborted = run_json(capsys, str(src), "--abort")
+    rc2, finished = run_json(capsys, str(src), "--to", "layout-2")
+    errors = [[(f["message"], f["fix"]) for f in out["findings"] if f["severity"] == "error"] for out in (aborted, finished)]
+    assert rc == rc2 == 1 and errors[0] == errors[1] and "another folder is there now" in errors[0][0][0], errors
+    assert "finish the migration instead" not in errors[0][0][1]
+    kept = tmp_path / "kept"
+    src.rename(kept)  # the fix: move PATH away, then --abort
+    rc, done = run_json(capsys, str(src), "--abort")
+    assert rc == 0 and file_digests(src) == original and (kept / "notes").read_bytes() == b"mine\n", done
