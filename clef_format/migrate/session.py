@@ -264,6 +264,8 @@ def migrate(root: str, display: str, opts: Options, progress: Progress | None = 
     try:
         for into in (display, opts.output):  # a run into a name that became a symlink after it was killed
             beside = pending.interrupted_beside_link(into) if into else None
+            if into and beside is not None and opts.abort and into == opts.output:  # SRC --output OUT --abort
+                return pending.report_interrupted(*beside, into, current=False, dry_run=opts.dry_run)
             if into and beside is not None:
                 raise pending.link_refusal(into, beside)
         _check_output(target, root, opts.abort)

@@ -808,3 +808,16 @@ def test_abort_with_another_folder_at_path_says_what_the_finishing_run_says(fres
     src.rename(kept)  # the fix: move PATH away, then --abort
     rc, done = run_json(capsys, str(src), "--abort")
     assert rc == 0 and file_digests(src) == original and (kept / "notes").read_bytes() == b"mine\n", done
+
+
+def test_source_output_abort_reaches_a_run_whose_output_became_a_symlink(fresh, capsys, tmp_path: Path) -> None:
+    """``SRC --output OUT --abort`` rolls back like ``OUT --abort`` (docs/MIGRATION.md); with OUT made a symlink
+    after the run was killed it was refused, pointing at the other form. Now it rolls the run back."""
+    src = fresh("layout-1")
+    out, other = tmp_path / "out", tmp_path / "other"
+    proc = cli("migrate", str(src), "--output", str(out), "--json", env={CRASH_ENV: "stage:1"})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    other.mkdir()
+    out.symlink_to(other)
+    rc, done = run_json(capsys, str(src), "--output", str(out), "--abort")
+    assert rc == 0 and siblings(out) == [] and out.is_symlink() and list(other.iterdir()) == [], done
