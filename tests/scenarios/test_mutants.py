@@ -459,6 +459,31 @@ MUTANTS = [
     Mutant("python-resolved-out-of-its-venv", "clef_format/read/installed_plugin.py",
            "    path = os.path.abspath(python)\n", "    path = os.path.realpath(python)\n",
            ("tests/verify/test_plugins.py::test_python_resolves_as_a_shell_does",)),
+    # --- the world moving after a kill (hostile passes 3 and 4): links, files and read-only folders at the target
+    Mutant("crash-hook-ctrl-c-ignored-when-started-in-background", "clef_format/migrate/crash.py",
+           "signal.signal(signal.SIGINT, signal.default_int_handler)", "pass",
+           ("tests/migrate/test_apply.py::test_crash_hook_interrupts_a_process_started_with_sigint_ignored",)),
+    Mutant("a-link-at-the-output-taken-for-the-new-tree", "clef_format/migrate/swap.py",
+           "        st = os.lstat(path)", "        st = os.stat(path)",
+           ("tests/migrate/test_abort_keeps.py::test_a_checkpoint_replaced_by_a_symlink_after_the_swap_dry_run_and_current_"
+            "say_the_abort_is_refused",)),
+    Mutant("output-with-a-trailing-slash-misses-its-link", "clef_format/migrate/pending.py",
+           "    out = as_the_kernel_resolves(path)  # OUT/ (as tab completion writes it) is OUT",
+           "    out = path.rstrip('x')",
+           ("tests/migrate/test_abort_keeps.py::test_a_trailing_slash_on_a_symlinked_output_finds_the_same_interrupted_run",)),
+    Mutant("workspace-fix-chmods-the-checkpoints-files", "clef_format/migrate/preflight.py",
+           "-type d -exec chmod u+w {{}} +), then", "-exec chmod u+w {{}} +), then",
+           ("tests/migrate/test_abort_keeps.py::test_a_read_only_folder_in_the_workspace_is_named_before_anything_changes_and_its_fix_works",)),
+    Mutant("dry-run-skips-the-runs-first-check", "clef_format/migrate/session.py",
+           "    first = preflight(target, None, ck.hf_snapshot, check_lock=False) if decided is not None else []",
+           "    first = []",
+           ("tests/migrate/test_abort_keeps.py::test_dry_run_after_the_swap_foretells_a_read_only_workspace_folder",)),
+    Mutant("output-resolved-lexically", "clef_format/migrate/workspace.py",
+           "    out = as_the_kernel_resolves(output)", "    out = os.path.abspath(output)",
+           ("tests/migrate/test_session.py::test_an_output_with_dotdot_after_a_symlink_lands_where_the_kernel_resolves_it",)),
+    Mutant("head-folder-link-read-as-a-checkpoint", "clef_format/read/paths.py",
+           "    checkpoint = checkpoint_of_head(os.path.realpath(path))", "    checkpoint = checkpoint_of_head(os.path.abspath(path))",
+           ("tests/cli/test_streams_and_arguments.py::test_a_link_to_the_head_folder_or_a_file_in_it_names_the_checkpoint",)),
 ]
 
 
