@@ -180,8 +180,8 @@ def render_migrate(report: Report) -> str:
                        f"{style(report.layout, bold=True)}")
     lines = [render_report(report, layout_text=layout_text)]
     if d.revision is not None:
-        lines.append(f"  revision {d.revision}" + (f"   interrupted run pending: {d.pending}" if d.pending else ""))
-    elif d.pending:  # no revision to name (a dry run, or an --output that does not exist yet)
+        lines.append(f"  revision {d.revision}")
+    if d.pending:  # its own line, whether or not there is a revision to name
         lines.append(f"  pending  interrupted run: {d.pending}")
     for note in d.recovered:
         lines.append(f"  recovery {note}")

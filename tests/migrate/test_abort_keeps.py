@@ -542,6 +542,9 @@ def test_a_dry_run_text_with_no_revision_says_the_pending_run_not_revision_none(
     assert main(["migrate", str(src), "--dry-run"]) == 0
     text = capsys.readouterr().out
     assert "None" not in text and f"  pending  interrupted run: {REVISION} (staging)\n" in text, text
+    assert main(["migrate", str(src), "--current"]) == 0  # a revision to name: the pending run on its own line
+    text = capsys.readouterr().out
+    assert f"  revision base\n  pending  interrupted run: {REVISION} (staging)\n" in text, text
 
 
 @pytest.mark.parametrize("args", [(), ("--abort",), ("--dry-run",)])
