@@ -22,6 +22,7 @@ from clef_format.migrate.workspace import (
     Journal,
     NotRead,
     Phase,
+    RUN_ENTRIES,
     Target,
     fingerprint,
     foreign_entries,
@@ -136,6 +137,16 @@ def _decide(target: Target, source_ck: Checkpoint | None, abort: bool, wanted: t
                                                "clef-format migrate again")
         return Decision(Action.REMOVE, "removed an interrupted run's workspace (it held no journal, so nothing in it "
                                        "was needed)", None)
+    try:  # beside what a run keeps there, anything is someone's: every recovery ends by removing the workspace
+        stray = sorted(set(os.listdir(target.ws)) - RUN_ENTRIES)
+    except OSError:
+        stray = []
+    if stray:
+        shown = ", ".join(stray[:3]) + (f" and {len(stray) - 3} more" if len(stray) > 3 else "")
+        return Decision(Action.REFUSE, f"the workspace {target.ws} of the interrupted migration {journal.revision} "
+                                       f"{journal.direction} holds what no migrate run leaves there ({shown}): finishing "
+                                       "or rolling back that run removes the workspace", journal,
+                        f"move {shown} out of {target.ws} (it may be your data), then run the same command again")
     phase = journal.phase
     what = f"{journal.revision} {journal.direction}"
     other = wanted != ANY_STEP and wanted != journal.step

@@ -77,6 +77,11 @@ def workspace_holding(path: str) -> tuple[str, str] | None:
         here = up
 
 
+#: What a run keeps at the top of its workspace: its journal (and the journal being written), the staged
+#: or parked trees, and a tree being discarded (``swap._discard``). Anything else there is someone's.
+RUN_ENTRIES = frozenset({"journal.json", "journal.json.tmp", "new", "old", "discard"})
+
+
 def foreign_entries(ws: str) -> list[str]:
     """What a workspace without a journal holds that migrate cannot have left there. A run leaves a
     journal-less workspace only before its journal is first written (an empty ``new/``, a partial

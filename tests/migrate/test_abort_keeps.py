@@ -824,3 +824,25 @@ def test_source_output_abort_reaches_a_run_whose_output_became_a_symlink(fresh, 
     out.symlink_to(other)
     rc, done = run_json(capsys, str(src), "--output", str(out), "--abort")
     assert rc == 0 and siblings(out) == [] and out.is_symlink() and list(other.iterdir()) == [], done
+
+
+@pytest.mark.parametrize("args", [("--abort",), ()])
+def test_a_file_the_user_put_in_the_workspace_is_never_removed_by_the_recovery(fresh, capsys, args) -> None:
+    """A user's file put inside an interrupted run's workspace (which holds a journal) was deleted with it by
+    ``--abort`` or by the run finishing the recovery. Now both refuse, naming it; moved out, the same
+    command goes on and the file is kept."""
+    src = fresh("layout-1")
+    original = file_digests(src)
+    proc = cli("migrate", str(src), "--json", env={CRASH_ENV: "stage:1"})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    ws = src.parent / f".{src.name}.clef-migrate"
+    (ws / "notes.txt").write_bytes(b"mine\n")
+    rc_dry, dry = run_json(capsys, str(src), *args, "--dry-run")
+    rc, refused = run_json(capsys, str(src), *args)
+    [f] = [f for f in refused["findings"] if f["severity"] == "error"]
+    assert rc == rc_dry == 1 and f["code"] == "migrate-refused" and "(notes.txt)" in f["message"], refused
+    assert f["fix"] == f"move notes.txt out of {ws} (it may be your data), then run the same command again"
+    assert (ws / "notes.txt").read_bytes() == b"mine\n" and file_digests(src) == original
+    (ws / "notes.txt").rename(src.parent / "notes.txt")  # the fix followed
+    rc, done = run_json(capsys, str(src), *args)
+    assert rc == 0 and siblings(src) == [] and (src.parent / "notes.txt").read_bytes() == b"mine\n", done

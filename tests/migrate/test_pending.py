@@ -171,8 +171,8 @@ def test_abort_is_refused_while_the_interrupted_run_still_holds_its_lock(fresh, 
 
 def test_abort_that_cannot_remove_the_workspace_says_the_rollback_failed(fresh, tmp_path: Path, capsys) -> None:
     _, out, target = _output_run(fresh, tmp_path)
-    mnt = Path(target.ws) / "mnt"  # a mount inside the workspace: its folder cannot be deleted
-    mnt.mkdir()
+    mnt = Path(target.new) / "mnt"  # a mount inside the staged tree: its folder cannot be deleted
+    mnt.mkdir(parents=True)  # (at the workspace's top, a name no run makes is refused before anything is removed)
     proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True)
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.decode().strip()}")
