@@ -1,7 +1,9 @@
 """The unsampled mutmut run over what users see (docs/TESTING.md, "The unsampled run where users look").
 
 mutmut 3.8 reads its config from pyproject.toml's [tool.mutmut], which is the config of make mutation;
-this script runs mutmut with scripts/mutmut-unsampled.toml instead, from the repository root:
+this script runs mutmut with scripts/mutmut-unsampled.toml instead (or with the config file named by
+the environment variable CLEF_MUTMUT_CONFIG, relative to the repository root or absolute, e.g.
+scripts/mutmut-hooks.toml: the serving hooks against tests/hooks alone), from the repository root:
 
     python scripts/mutmut_unsampled.py generate             # mutants/ only, no test run
     # the stats pass under xdist, in mutants/ (see docs/TESTING.md), then:
@@ -23,13 +25,14 @@ mutant after ``--deadline`` (the mutants in flight finish; the others stay "not 
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CONFIG = ROOT / "scripts" / "mutmut-unsampled.toml"
+CONFIG: Path = ROOT / (os.environ.get("CLEF_MUTMUT_CONFIG") or "scripts/mutmut-unsampled.toml")
 
 PRIORITY = [
     "clef_format.migrate.session.",
