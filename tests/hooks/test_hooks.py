@@ -179,6 +179,14 @@ def test_shard_ranges(vocab: int, tp: int, want: list[tuple[int, int]]) -> None:
     assert expect == want
 
 
+@pytest.mark.parametrize("rank, size", [(2, 2), (4, 4), (-1, 2), (0, 0)])
+def test_a_rank_outside_its_group_is_refused(rank: int, size: int) -> None:
+    """``tp_rank == tp_size`` is the off-by-one a loader makes: it would read past the last shard (an empty
+    range at the vocab's end) instead of failing. (The unsampled mutmut run's survivor ``<`` -> ``<=``.)"""
+    with pytest.raises(ValueError, match=f"tp_rank {rank} outside a group of {size}"):
+        shard_range(512, rank, size)
+
+
 def test_shards_sum_to_the_whole_table() -> None:
     """What the all-reduce does, in one process: each id is decoded by one shard, zeros elsewhere."""
     q, scale = table(vocab=500)
