@@ -53,6 +53,12 @@ SAID = {"file-added": "notes.txt was created", "file-edited": "config.json was w
         "file-removed": "tokenizer.json was removed", "folder-added": "runs was created"}
 
 
+def _killed_at(point: str, *argv: str) -> None:
+    """``clef-format migrate ARGV`` run for real and SIGKILLed at its crash point ``point``."""
+    proc = cli("migrate", *argv, "--json", env={CRASH_ENV: point})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+
+
 def _interrupted(fresh, tmp_path: Path, mode: str, point: str) -> tuple[Path, Path, dict[str, str]]:
     """A real run, in place or into a new ``--output``, SIGKILLed at ``point``: (source, PATH, the
     source's digests before)."""
@@ -60,8 +66,7 @@ def _interrupted(fresh, tmp_path: Path, mode: str, point: str) -> tuple[Path, Pa
     original = file_digests(src)
     path = src if mode == "in-place" else tmp_path / "out"
     args = [str(src)] + (["--output", str(path)] if mode == "output" else [])
-    proc = cli("migrate", *args, "--json", env={CRASH_ENV: point})
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    _killed_at(point, *args)
     assert verified(path)[:2] == ("layout-2", True)  # the new tree is at PATH, and the user goes on with it
     return src, path, original
 
@@ -216,8 +221,7 @@ def test_resuming_an_output_run_never_takes_or_deletes_what_is_at_the_output_now
     src = fresh("layout-1")
     source = file_digests(src)
     out = tmp_path / "out"
-    proc = cli("migrate", str(src), "--output", str(out), "--json", env={CRASH_ENV: point})
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    _killed_at(point, str(src), "--output", str(out))
     assert not out.exists()
     if what == "their-checkpoint":
         build_checkpoint(out, "layout-1", "fp8", num_layers=2)
@@ -245,8 +249,7 @@ def test_dry_run_foretells_the_refusal_of_a_filled_output_and_the_fix_removes_on
     src = fresh("layout-1")
     source = file_digests(src)
     out = tmp_path / "out"
-    proc = cli("migrate", str(src), "--output", str(out), "--json", env={CRASH_ENV: point})
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    _killed_at(point, str(src), "--output", str(out))
     out.mkdir()
     (out / "notes.txt").write_bytes(b"precious\n")
     left = siblings(out)
@@ -278,8 +281,7 @@ def test_dry_run_in_text_says_the_recovery_the_run_would_do_first(fresh, capsys)
     from clef_format.cli.main import main
 
     src = fresh("layout-1")
-    proc = cli("migrate", str(src), "--json", env={CRASH_ENV: "swap:1"})
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    _killed_at("swap:1", str(src))
     capsys.readouterr()
     assert main(["migrate", str(src), "--dry-run"]) == 0
     text = capsys.readouterr().out
@@ -319,8 +321,7 @@ def test_a_read_only_parent_with_an_interrupted_run_says_so_and_its_fix_works(fr
     command goes on, and nothing of the source is lost."""
     src = fresh("layout-1")
     source = file_digests(src)
-    proc = cli("migrate", str(src), "--json", env={CRASH_ENV: "stage:1"})
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    _killed_at("stage:1", str(src))
     left = siblings(src)
     parent = src.parent
     parent.chmod(0o555)
@@ -350,8 +351,7 @@ def test_an_abort_of_another_target_names_the_interrupted_run_and_the_abort_that
     an in-place run of the same checkpoint waited; and the other way round. Now it names the waiting run
     and the command that rolls it back, which does."""
     src = fresh("layout-1")
-    proc = cli("migrate", str(src), "--json", env={CRASH_ENV: "stage:1"})
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    _killed_at("stage:1", str(src))
     other = tmp_path / "elsewhere"
     for extra in ((), ("--dry-run",)):
         rc, out = run_json(capsys, str(src), "--abort", "--output", str(other), *extra)
@@ -363,8 +363,7 @@ def test_an_abort_of_another_target_names_the_interrupted_run_and_the_abort_that
     assert rc == 0 and done["message"].startswith("rolled back the interrupted migration") and siblings(src) == []
 
     out_dir = tmp_path / "out"
-    proc = cli("migrate", str(src), "--output", str(out_dir), "--json", env={CRASH_ENV: "stage:1"})
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    _killed_at("stage:1", str(src), "--output", str(out_dir))
     rc, out = run_json(capsys, str(src), "--abort")
     said, cmd = out["message"].rsplit(": ", 1)
     assert rc == 0 and said.startswith(f"no interrupted migration to roll back; an interrupted migrate into {out_dir} "
@@ -465,8 +464,7 @@ def test_abort_of_an_absent_output_under_a_read_only_folder_is_refused_before_it
     folder = tmp_path / "o"
     folder.mkdir()
     out = folder / "out"
-    proc = cli("migrate", str(src), "--output", str(out), "--json", env={CRASH_ENV: "stage:2"})
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    _killed_at("stage:2", str(src), "--output", str(out))
     ws = folder / ".out.clef-migrate"
     held = file_digests(ws)
     folder.chmod(0o555)
@@ -492,8 +490,7 @@ def test_abort_into_a_filled_folder_names_the_waiting_run_and_a_regular_file_out
     Now the abort names the waiting run, and both refusals are the filled-output one."""
     src = fresh("layout-1")
     out = tmp_path / "out"
-    proc = cli("migrate", str(src), "--output", str(out), "--json", env={CRASH_ENV: "stage:2"})
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    _killed_at("stage:2", str(src), "--output", str(out))
     full = tmp_path / "full"
     full.mkdir()
     (full / "f").write_bytes(b"x\n")
@@ -536,8 +533,7 @@ def test_a_dry_run_text_with_no_revision_says_the_pending_run_not_revision_none(
     from clef_format.cli.main import main
 
     src = fresh("layout-1")
-    proc = cli("migrate", str(src), "--json", env={CRASH_ENV: "stage:1"})
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    _killed_at("stage:1", str(src))
     capsys.readouterr()
     assert main(["migrate", str(src), "--dry-run"]) == 0
     text = capsys.readouterr().out
@@ -561,8 +557,7 @@ def test_a_read_only_folder_in_the_workspace_is_named_before_anything_changes_an
     src = fresh("layout-1")
     (src / "tokenizer.json").chmod(0o444)  # the user's read-only file: linked, not copied, into the staged tree
     source = file_digests(src)
-    proc = cli("migrate", str(src), "--json", env={CRASH_ENV: "stage:1"})
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    _killed_at("stage:1", str(src))
     ws = src.parent / f".{src.name}.clef-migrate"
     locked = ws / "new" / "clef_head"
     staged = sorted(str(p.relative_to(ws)) for p in ws.rglob("*"))
@@ -601,8 +596,7 @@ def test_an_output_that_became_a_symlink_keeps_its_interrupted_run_in_view_and_t
     left: the link and its folder are kept, and the command then runs."""
     src = fresh("layout-1")
     out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
-    proc = cli("migrate", str(src), "--output", str(out), "--json", env={CRASH_ENV: "stage:1"})
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    _killed_at("stage:1", str(src), "--output", str(out))
     elsewhere.mkdir()
     out.symlink_to(elsewhere)
     rc, now = run_json(capsys, str(out), "--current")
@@ -630,8 +624,7 @@ def test_abort_after_the_swap_keeps_a_symlink_put_at_the_output(fresh, capsys, t
     are kept, and only the workspace is removed."""
     src = fresh("layout-1")
     out, real = tmp_path / "out", tmp_path / "real"
-    proc = cli("migrate", str(src), "--output", str(out), "--json", env={CRASH_ENV: SWAPPED})
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    _killed_at(SWAPPED, str(src), "--output", str(out))
     out.rename(real)
     out.symlink_to(real)
     tree = file_digests(real)
@@ -648,8 +641,7 @@ def test_current_says_a_filled_output_would_refuse_the_resume_and_its_abort_keep
     so, and gives the abort, which keeps OUT and its file, and the resume once OUT is empty again."""
     src = fresh("layout-1")
     out = tmp_path / "out"
-    proc = cli("migrate", str(src), "--output", str(out), "--json", env={CRASH_ENV: "stage:1"})
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    _killed_at("stage:1", str(src), "--output", str(out))
     out.mkdir()
     (out / "notes.txt").write_bytes(b"mine\n")
     said = (f"{out} holds files now, so resuming it would be refused: clef-format migrate {out} --abort rolls it "
@@ -668,8 +660,7 @@ def test_current_says_a_filled_output_would_refuse_the_resume_and_its_abort_keep
 def test_abort_of_a_staged_run_into_a_filled_output_keeps_the_files(fresh, capsys, tmp_path: Path) -> None:
     src = fresh("layout-1")
     out = tmp_path / "out"
-    proc = cli("migrate", str(src), "--output", str(out), "--json", env={CRASH_ENV: "stage:1"})
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    _killed_at("stage:1", str(src), "--output", str(out))
     out.mkdir()
     (out / "notes.txt").write_bytes(b"mine\n")
     rc, done = run_json(capsys, str(out), "--abort")
@@ -680,8 +671,7 @@ def test_current_foretells_that_a_read_only_parent_refuses_the_resume_and_the_ab
     """``--current`` gave the resume and the abort of a run killed while staging, both refused while the
     folder holding the checkpoint is read-only; now it says so, with the refusal's own fix."""
     src = fresh("layout-1")
-    proc = cli("migrate", str(src), "--json", env={CRASH_ENV: "stage:1"})
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    _killed_at("stage:1", str(src))
     parent = src.parent
     parent.chmod(0o555)
     try:
@@ -701,8 +691,7 @@ def test_a_trailing_slash_on_a_symlinked_output_finds_the_same_interrupted_run(f
     run and ``--abort`` said there was nothing to roll back, leaving the workspace for good."""
     src = fresh("layout-1")
     out, real = tmp_path / "out", tmp_path / "real"
-    proc = cli("migrate", str(src), "--output", str(out), "--json", env={CRASH_ENV: SWAPPED})
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    _killed_at(SWAPPED, str(src), "--output", str(out))
     out.rename(real)
     out.symlink_to(real)
     rc, now = run_json(capsys, f"{out}/", "--current")
@@ -716,8 +705,7 @@ def test_current_of_an_output_run_foretells_a_read_only_workspace_folder(fresh, 
     resume and abort, both refused while a folder of its workspace is read-only; now they say so."""
     src = fresh("layout-1")
     out = tmp_path / "out"
-    proc = cli("migrate", str(src), "--output", str(out), "--json", env={CRASH_ENV: "stage:1"})
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    _killed_at("stage:1", str(src), "--output", str(out))
     locked = tmp_path / ".out.clef-migrate" / "new" / "clef_head"
     locked.chmod(0o555)
     try:
@@ -738,8 +726,7 @@ def test_a_checkpoint_replaced_by_a_symlink_after_the_swap_dry_run_and_current_s
     ``--current`` says the abort is refused with its fix, and the fix followed puts the original back."""
     src = fresh("layout-1")
     original = file_digests(src)
-    proc = cli("migrate", str(src), "--json", env={CRASH_ENV: SWAPPED})
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    _killed_at(SWAPPED, str(src))
     moved = tmp_path / "moved"
     src.rename(moved)
     src.symlink_to(moved)
@@ -761,8 +748,7 @@ def test_dry_run_after_the_swap_foretells_a_read_only_workspace_folder(fresh, to
     """In place, killed after the swap; then a folder of the workspace became read-only. The dry runs said
     the recovery would finish (exit 0) and the runs refused; now each dry run gives the run's refusal."""
     src = fresh("layout-1")
-    proc = cli("migrate", str(src), "--json", env={CRASH_ENV: SWAPPED})
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    _killed_at(SWAPPED, str(src))
     locked = src.parent / f".{src.name}.clef-migrate" / "new" / "clef_head"
     locked.chmod(0o555)
     try:
@@ -781,8 +767,7 @@ def test_an_output_replaced_by_a_file_keeps_its_interrupted_run_in_reach(fresh, 
     the tool prints. Now both reach the run, and the abort keeps the file."""
     src = fresh("layout-1")
     out = tmp_path / "out"
-    proc = cli("migrate", str(src), "--output", str(out), "--json", env={CRASH_ENV: "stage:1"})
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    _killed_at("stage:1", str(src), "--output", str(out))
     out.write_bytes(b"mine\n")
     rc, now = run_json(capsys, str(out), "--current")
     assert rc == 0 and now["message"].startswith(f"{out} is a file now, not a folder: an interrupted migrate"), now
@@ -797,8 +782,7 @@ def test_abort_with_another_folder_at_path_says_what_the_finishing_run_says(fres
     ("another folder is there now"). Now both say the same, and the fix they share works."""
     src = fresh("layout-1")
     original = file_digests(src)
-    proc = cli("migrate", str(src), "--json", env={CRASH_ENV: SWAPPED})
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    _killed_at(SWAPPED, str(src))
     src.rename(tmp_path / "moved")
     src.mkdir()
     (src / "notes").write_bytes(b"mine\n")
@@ -818,8 +802,7 @@ def test_source_output_abort_reaches_a_run_whose_output_became_a_symlink(fresh, 
     after the run was killed it was refused, pointing at the other form. Now it rolls the run back."""
     src = fresh("layout-1")
     out, other = tmp_path / "out", tmp_path / "other"
-    proc = cli("migrate", str(src), "--output", str(out), "--json", env={CRASH_ENV: "stage:1"})
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    _killed_at("stage:1", str(src), "--output", str(out))
     other.mkdir()
     out.symlink_to(other)
     rc, done = run_json(capsys, str(src), "--output", str(out), "--abort")
@@ -833,8 +816,7 @@ def test_a_file_the_user_put_in_the_workspace_is_never_removed_by_the_recovery(f
     command goes on and the file is kept."""
     src = fresh("layout-1")
     original = file_digests(src)
-    proc = cli("migrate", str(src), "--json", env={CRASH_ENV: "stage:1"})
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    _killed_at("stage:1", str(src))
     ws = src.parent / f".{src.name}.clef-migrate"
     (ws / "notes.txt").write_bytes(b"mine\n")
     rc_dry, dry = run_json(capsys, str(src), *args, "--dry-run")
