@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Union
 
 from clef_format.errors import IncompatibleError
-from clef_format.spec.joint_head import HeadConfigError, parse_head_config
+from clef_format.spec.layouts import HEAD_CONFIG
 from clef_format.spec.marker import without_marker
 from clef_format.vllm.gate import CheckpointSource, OnRefusal, gate_or_report
 
@@ -22,14 +22,14 @@ _FIX = "re-download the joint head files of this revision, or install the plugin
 def head_config(source: CheckpointSource, plugin_version: str, on_refusal: OnRefusal = None) -> dict[str, Any]:
     """The head config without the marker, after the (checkpoint, plugin version) pair is checked.
 
-    Refuses (``IncompatibleError``) what ``check_checkpoint`` refuses, and a config that
-    ``JointSchemaHead(**config)`` would reject: missing keys (``head-incomplete``) or keys the
-    head does not take (``head-unexpected``). The marker is taken out because the head's
-    constructor does not accept it: it exists precisely to break plugins that do not remove it.
-    ``on_refusal``: see ``gate.gate_or_report`` (a refusal handed over: the config as read, for tests only).
+    Refuses (``IncompatibleError``) what ``check_checkpoint`` refuses, which includes a config that the
+    checkpoint's own ``JointSchemaHead`` would reject (``head-incomplete``, ``head-unexpected``): the
+    gate is the one judge, so a key the reference file's head takes is served, not refused by a guess.
+    The marker is taken out because the head's constructor does not accept it: it exists precisely to
+    break plugins that do not remove it. ``on_refusal``: see ``gate.gate_or_report`` (a refusal handed
+    over: the config as read, ``{}`` for one that is not a JSON object; for tests only).
     """
-    ck = gate_or_report(source, plugin_version, on_refusal)
-    return _config_of(ck, on_refusal)
+    return _config_of(gate_or_report(source, plugin_version, on_refusal))
 
 
 def _refuse(exc: IncompatibleError, on_refusal: OnRefusal) -> None:
@@ -38,28 +38,39 @@ def _refuse(exc: IncompatibleError, on_refusal: OnRefusal) -> None:
     on_refusal(exc)
 
 
-def _config_of(ck: "Checkpoint", on_refusal: OnRefusal = None) -> dict[str, Any]:
+def _config_of(ck: "Checkpoint") -> dict[str, Any]:
     raw = ck.head_config
-    try:
-        _, unknown = parse_head_config(raw)
-    except HeadConfigError as exc:
-        _refuse(IncompatibleError("head-incomplete", str(exc),
-                                  "re-download clef_head/joint_head_config.json from the same revision"), on_refusal)
-        unknown = []
-    if unknown:
-        _refuse(IncompatibleError("head-unexpected", f"joint head config has keys the head does not take: {unknown}",
-                                  "re-download clef_head/joint_head_config.json from the same revision"), on_refusal)
     return without_marker(raw) if isinstance(raw, dict) else {}
+
+
+def _constructor_refusal(head: Any, config: Mapping[str, Any]) -> IncompatibleError | None:
+    """What ``head(**config)`` would raise for the config's keys, read from the plugin's own class's
+    signature (a fact, unlike any list of expected keys): a key it does not take, or one it needs."""
+    import inspect
+
+    try:
+        inspect.signature(head).bind(**config)
+    except TypeError as exc:
+        unexpected = "unexpected keyword" in str(exc)
+        return IncompatibleError("head-unexpected" if unexpected else "head-incomplete",
+                                 f"{HEAD_CONFIG}: the plugin's JointSchemaHead(**config) refuses it: {exc}", _FIX)
+    except ValueError:  # no signature to read (a builtin): the call itself decides
+        return None
+    return None
 
 
 def plugin_head_shapes(head: PluginHead, config: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     """Names and shapes of the plugin's head at this config. A class is built on torch's meta device
-    (no memory, no data): its ``state_dict`` is exactly what ``load_state_dict`` will demand."""
+    (no memory, no data): its ``state_dict`` is exactly what ``load_state_dict`` will demand. A config
+    the class's constructor does not take is refused (``IncompatibleError``) before it is called."""
     if isinstance(head, Mapping):
         given: Mapping[str, Any] = head
         return {k: tuple(getattr(v, "shape", v)) for k, v in given.items()}
     module: Any = head
     if isinstance(head, type) or not hasattr(head, "state_dict"):
+        refusal = _constructor_refusal(head, config)
+        if refusal is not None:
+            raise refusal
         import torch
 
         with torch.device("meta"):
@@ -81,13 +92,16 @@ def check_plugin_head(source: CheckpointSource, plugin_version: str, head: Plugi
     from clef_format.verify.checks.head import exact_problems
 
     ck = gate_or_report(source, plugin_version, on_refusal)
-    config = _config_of(ck, on_refusal)
     weights, _ = L.head_files(ck.layout)
     header = ck.headers.get(weights)
     if header is None:
         _refuse(IncompatibleError("missing-file", f"{weights} is missing", _FIX), on_refusal)
         return ck
-    want = plugin_head_shapes(head, config)
+    try:
+        want = plugin_head_shapes(head, _config_of(ck))
+    except IncompatibleError as exc:
+        _refuse(exc, on_refusal)
+        return ck
     tensors = {n: (i.dtype, i.shape) for n, i in header.tensors.items()}
     problems = exact_problems(want, tensors, builder="the plugin's JointSchemaHead")
     if problems:

@@ -484,6 +484,9 @@ MUTANTS = [
     Mutant("head-folder-link-read-as-a-checkpoint", "clef_format/read/paths.py",
            "    checkpoint = checkpoint_of_head(os.path.realpath(path))", "    checkpoint = checkpoint_of_head(os.path.abspath(path))",
            ("tests/cli/test_streams_and_arguments.py::test_a_link_to_the_head_folder_or_a_file_in_it_names_the_checkpoint",)),
+    Mutant("plugin-head-built-without-reading-its-signature", "clef_format/vllm/head.py",
+           "        refusal = _constructor_refusal(head, config)", "        refusal = None",
+           ("tests/hooks/test_head_config_facts.py",)),
 ]
 
 
