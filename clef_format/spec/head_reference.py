@@ -130,6 +130,18 @@ _NO_PARAMS = {"GELU", "ReLU", "SiLU", "Tanh", "Sigmoid", "Dropout", "Identity", 
 
 
 def _dim(v: Any) -> int:
+    """A size torch allocates a tensor with: a float or a negative int is torch's own error
+    (``torch.empty`` raises TypeError / RuntimeError), so the head cannot be built: a fact. Anything
+    else that is not an int (a bool, whose treatment varies by position, or a value the reader lost)
+    is not decided."""
+    if isinstance(v, float) or (isinstance(v, int) and not isinstance(v, bool) and v < 0):
+        raise _Fails(f"{v!r} is not a tensor size (torch.empty raises on it)")
+    return _count(v)
+
+
+def _count(v: Any) -> int:
+    """A non-negative int that is not itself a tensor size (a head count, a number of layers): anything
+    else is not decided (torch accepts a float head count, and builds no layer for a negative count)."""
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         raise _Unknown(f"not a dimension: {v!r}")
     return v
@@ -165,7 +177,7 @@ def _embedding(a: dict[str, Any]) -> dict[str, Any]:
 
 
 def _mha(a: dict[str, Any]) -> dict[str, Any]:
-    e, h = _dim(a["embed_dim"]), _dim(a["num_heads"])
+    e, h = _dim(a["embed_dim"]), _count(a["num_heads"])
     if h == 0 or e % h:
         raise _Fails(f"MultiheadAttention({e}, {h}): embed_dim must be divisible by num_heads")
     k = e if a["kdim"] is None else _dim(a["kdim"])
@@ -273,7 +285,7 @@ def _size(m: Any) -> int:
 def _stack(a: dict[str, Any]) -> dict[str, Any]:
     """``nn.TransformerEncoder/Decoder(layer, num_layers, norm)``: ``layers`` holds num_layers deep copies of
     the layer (the layer given is not itself a child), then ``norm`` when given."""
-    layer, n, norm = a["layer"], _dim(a["num_layers"]), a["norm"]
+    layer, n, norm = a["layer"], _count(a["num_layers"]), a["norm"]
     if not isinstance(layer, _Module) or not (norm is None or isinstance(norm, _Module)):
         raise _Unknown("TransformerEncoder/Decoder layer")
     if n * _size(layer) > MAX_ITEMS:  # the copies are not evaluation steps: bound what they build
@@ -496,9 +508,13 @@ class _Reader:
             if isinstance(node.op, ast.UAdd) and isinstance(v, (int, float)):
                 return v
             raise _Unknown("unary operator")
-        if isinstance(node, ast.BoolOp):
-            vals = [self._truth(self.eval(v, env, mod)) for v in node.values]
-            return all(vals) if isinstance(node.op, ast.And) else any(vals)
+        if isinstance(node, ast.BoolOp):  # Python's: the first operand that decides, short-circuit
+            value: Any = None
+            for operand in node.values:
+                value = self.eval(operand, env, mod)
+                if self._truth(value) is isinstance(node.op, ast.Or):
+                    return value
+            return value
         if isinstance(node, ast.Compare):
             left = self.eval(node.left, env, mod)
             for op, comp in zip(node.ops, node.comparators):
@@ -688,7 +704,12 @@ class _Reader:
                 args, kwargs = self._args(node, env, mod)
                 return self._super_init(env.get("__class__"), mod, args, kwargs)
         if isinstance(func, ast.Attribute) and func.attr in _IN_PLACE:
-            return None  # an in-place op on tensor data (initialization): names and shapes stay
+            # an in-place op (initialization, requires_grad_): names and shapes stay, and torch returns the
+            # receiver (``nn.Linear(w, w).requires_grad_(False)`` is the module)
+            try:
+                return self.eval(func.value, env, mod)
+            except _Unknown:
+                return _UNKNOWN
         if isinstance(func, ast.Attribute) and func.attr == "apply" and isinstance(func.value, ast.Name) \
                 and func.value.id == "self" and mod is not None and len(node.args) == 1 and not node.keywords:
             fn = self._function_of(node.args[0], mod)

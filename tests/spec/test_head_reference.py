@@ -180,6 +180,27 @@ def test_an_attention_whose_heads_do_not_divide_the_width_fails_as_torch_does() 
         torch.nn.MultiheadAttention(8, 3, device="meta")
 
 
+@pytest.mark.parametrize("layer", ["nn.Linear(width, width / 2)", "nn.Linear(width / 2, width)", "nn.Linear(width, -1)",
+                                   "nn.LayerNorm(width / 1)", "nn.Embedding(-3, width)",
+                                   "nn.TransformerEncoderLayer(width, 2, width * 1.5)",
+                                   "nn.Parameter(torch.zeros(width / 4))"])
+def test_a_size_torch_cannot_allocate_fails_as_torch_does(layer: str) -> None:
+    """A float or negative size is torch's own TypeError / RuntimeError (``torch.empty``): the head fails
+    to build at this config, a fact, not an unknown subtree that verifies OK."""
+    code = (HEAD + f"        self.a = {layer}\n").encode()
+    ref = read_reference(code, {"width": 8})
+    assert ref.fails_kind == "fails" and "is not a tensor size" in ref.fails, ref
+    with pytest.raises((TypeError, RuntimeError)):
+        eval(layer, {"nn": torch.nn, "torch": torch, "width": 8})
+
+
+def test_a_float_head_count_is_not_decided_as_torch_builds_it() -> None:
+    """torch's attention takes a float head count that divides the width; the reader does not guess."""
+    code = (HEAD + "        self.a = nn.MultiheadAttention(width, 2.0)\n").encode()
+    assert read_reference(code, {"width": 8}).fails == ""
+    torch.nn.MultiheadAttention(8, 2.0, device="meta")
+
+
 @pytest.mark.parametrize("layer", ["nn.RNN(width, 4, nonlinearity='sigmoid')", "nn.RNN(width, 4, proj_size=2)",
                                    "nn.ConvTranspose1d(width, 3, 2, groups=2)"])
 def test_a_layer_torch_refuses_fails_as_torch_does(layer: str) -> None:
@@ -327,6 +348,12 @@ def test_an_untampered_file_with_its_own_norm_class_is_read(tmp_path: Path) -> N
     "        self.c = nn.Linear(n, 2)\n",
     "self.b = nn.Linear(width, 2)\n        self.apply(self._init)\n\n    def _init(self, m):\n"
     "        if isinstance(m, nn.Linear):\n            nn.init.zeros_(m.weight)\n",
+    # `or` / `and` give an operand, not a bool (Python's own short-circuit)
+    "self.a = nn.Linear(width, width * (0 or 2))\n        self.b = nn.Linear(None or width, width and 16)\n",
+    "self.a = nn.Linear(width, 0 and width or 3)\n        self.b = nn.Linear(width or 1 / 0, 2)\n",
+    # an in-place op returns its receiver: the module, the parameter
+    "self.a = nn.Linear(width, width).requires_grad_(False)\n"
+    "        self.p = nn.Parameter(torch.zeros(width)).requires_grad_(False)\n",
 ])
 def test_the_reader_follows_plain_python_as_torch_runs_it(tmp_path: Path, body: str) -> None:
     code = HEAD + "        " + body

@@ -68,15 +68,26 @@ def check_head(ck: Checkpoint, opts: VerifyOptions = DEFAULTS, vllm: VllmBuild |
         return
     tensors = {name: (i.dtype, i.shape) for name, i in header.tensors.items()}
     known = ref if ref is not None and ref.status == "ok" and not ref.fails else None
+    # The reader stopped partway ("" unknown): the statements after the stop may still replace or delete
+    # what it built, so the tree so far decides nothing; its differences are a note.
+    stopped = known is not None and "" in known.unknown
     exact = _reference_problems(known, tensors) if known is not None else []
+    if stopped:
+        yield from _partial_note(exact, weights)
+        exact = []
     fully_known = known is not None and not known.unknown
-    config_findings = [] if fully_known and not exact else list(_config_findings(cfg, tensors, config_rel, known))
-    yield from config_findings
-    if ref is not None and ref.fails_kind == "fails" and not config_findings:
-        yield error("head-config-invalid", f"{config_rel}: {ref.fails}", file=config_rel, fix=_FIX)
     # what the reference did not decide: the whole head without a reference read, else its unknown subtrees
     scope = ("",) if known is None else known.unknown
     rest = {n: v for n, v in tensors.items() if under(n, scope)}
+    # the config against the layers' matrices: where the reference did not decide them, and next to a
+    # mismatch with the reference (the config may be what changed: the finding names the fix). Where the
+    # reference decided a layer and the file matches it, that is the fact, even a layer of 2 * feedforward.
+    judged = tensors if exact else rest
+    feedforward_fix = not exact or known is None or _feedforward_fixes(ck, cfg, tensors)
+    config_findings = [] if not judged else list(_config_findings(cfg, judged, config_rel, known, feedforward_fix))
+    yield from config_findings
+    if ref is not None and ref.fails_kind == "fails" and not config_findings:
+        yield error("head-config-invalid", f"{config_rel}: {ref.fails}", file=config_rel, fix=_FIX)
     facts, stack_notes = _fact_problems(cfg, tensors, rest, ck.files.get(weights), fully_known, scope)
     problems = exact + facts
     reported = {p.tensor for p in problems}
@@ -120,6 +131,14 @@ def _reference_findings(ref: Reference | None) -> Iterator[Finding]:
         yield info("head-code-invalid", f"{L.HEAD_CODE} was read statically except the module(s) {shown}: a "
                    "construct the static reader does not evaluate (valid Python is not an error); the tensors under "
                    "them are checked from the known facts only, the rest exactly", file=L.HEAD_CODE)
+
+
+def _partial_note(problems: list[HeadProblem], weights: str) -> Iterator[Finding]:
+    if problems:
+        shown = "; ".join(p.message for p in problems[:5]) + (f"; {len(problems) - 5} more" if len(problems) > 5 else "")
+        yield info("head-code-invalid", f"{weights}: differs from what {L.HEAD_CODE} builds up to where the reader "
+                   f"stopped (not an error: the statements after it may change the module tree): {shown}",
+                   file=weights)
 
 
 def _where(why: str) -> str:
@@ -237,10 +256,28 @@ def _release_figures(tensors: _Tensors, file_size: int | None) -> list[HeadProbl
     return out
 
 
-def _config_findings(cfg: HeadConfig, tensors: _Tensors, config_rel: str, ref: Reference | None) -> Iterator[Finding]:
+def _feedforward_fixes(ck: Checkpoint, cfg: HeadConfig, tensors: _Tensors) -> bool:
+    """Next to a mismatch with the reference: whether the feedforward the layers store (``linear1`` rows)
+    is the fix, proven by the reference itself: read again with that value, it builds exactly this file.
+    Without torch's names to read the value from, the finding stands (its fix names the release's value);
+    with layers whose ``linear1`` rows disagree there is no one value to set, and the mismatches say it."""
+    value = feedforward_of(tensors)
+    if value is None:  # no linear1 to read it from (the finding stands), or layers that disagree (it does not)
+        return not any(n.endswith(".linear1.weight") for n in tensors)
+    if value == cfg.feedforward or ck.head_code is None or not isinstance(ck.head_config, dict):
+        return False
+    again = read_reference(ck.head_code, {**without_marker(ck.head_config), "feedforward": value})
+    return again.status == "ok" and not again.fails and not again.unknown and not _reference_problems(again, tensors)
+
+
+def _config_findings(cfg: HeadConfig, tensors: _Tensors, config_rel: str, ref: Reference | None,
+                     feedforward_fix: bool = True) -> Iterator[Finding]:
     """heads dividing width (torch's attention asserts it) is an error; the feedforward width read from
-    the layers' matrices is an error next to a reference mismatch (it names the fix), else a warning."""
+    the layers' matrices is an error next to a reference mismatch when the reference, read with the stored
+    value, builds the file exactly (``feedforward_fix``: it names the fix), else a warning."""
     for p in config_problems(cfg, tensors):
+        if p.tensor == "feedforward" and not feedforward_fix:
+            continue
         value = feedforward_of(tensors) if p.tensor == "feedforward" else None
         fix = (f'set "feedforward": {value} in {config_rel}' if value is not None else
                f"set {p.tensor} in {config_rel} to the value the head was trained with (the release: "
