@@ -487,6 +487,16 @@ MUTANTS = [
     Mutant("plugin-head-built-without-reading-its-signature", "clef_format/vllm/head.py",
            "        refusal = _constructor_refusal(head, config)", "        refusal = None",
            ("tests/hooks/test_head_config_facts.py",)),
+    Mutant("head-reader-stopped-partway-still-decides", "clef_format/verify/checks/head.py",
+           '    stopped = known is not None and "" in known.unknown', "    stopped = False",
+           ("tests/verify/test_head_reference_partial.py",)),
+    Mutant("head-reader-float-size-not-a-failure", "clef_format/spec/head_reference.py",
+           "    if isinstance(v, float) or (isinstance(v, int) and not isinstance(v, bool) and v < 0):", "    if False:",
+           ("tests/spec/test_head_reference.py",)),
+    Mutant("head-reader-in-place-call-is-none", "clef_format/spec/head_reference.py",
+           "                return self.eval(func.value, env, mod)\n            except _Unknown:\n                return _UNKNOWN",
+           "                return None\n            except _Unknown:\n                return _UNKNOWN",
+           ("tests/spec/test_head_reference.py",)),
 ]
 
 
