@@ -80,6 +80,9 @@ REQUIRED_METADATA: dict[str, str | None] = {
     "source_dtype": None,  # dtype of the tables it was made from, e.g. "BF16"
     "quality": None,  # JSON: {table: {rel_error, mean_row_cosine, min_row_cosine, max_row_rel_error}}
 }
+#: Keys that tag the file for a framework (safetensors' ``format``), not for this format: a value other
+#: than the writer's changes no byte any loader reads, so it is a note, never a problem.
+FRAMEWORK_TAGS = ("format",)
 #: The optional metadata key holding per-tensor content digests (JSON: {name: "blake3:<hex>"}).
 DIGESTS_KEY = "digests"
 DIGEST_ALGORITHM = "blake3"
@@ -150,7 +153,7 @@ def metadata_problems(metadata: Mapping[str, str], tables: tuple[str, ...] | Non
     file says it is something else). Empty when it matches. Missing keys are ``metadata_notes``."""
     problems = []
     for key, fixed in REQUIRED_METADATA.items():
-        if key in metadata and fixed is not None and metadata[key] != fixed:
+        if key in metadata and fixed is not None and metadata[key] != fixed and key not in FRAMEWORK_TAGS:
             problems.append(f"metadata {key}={metadata[key]!r}, expected {fixed!r}")
     return problems
 
@@ -161,6 +164,9 @@ def metadata_notes(metadata: Mapping[str, str], tables: tuple[str, ...] | None =
     a digest of a tensor the file does not hold: ``tensors``, the file's names): no loader reads it,
     and the release's own tables file may not carry it, so these are notes."""
     notes = [f"metadata lacks {key!r}" for key in REQUIRED_METADATA if key not in metadata]
+    notes += [f"metadata {key}={metadata[key]!r}, expected {REQUIRED_METADATA[key]!r} (safetensors' framework tag, "
+              "not the tables' format: the rows read the same)"
+              for key in FRAMEWORK_TAGS if key in metadata and metadata[key] != REQUIRED_METADATA[key]]
     if "source_dtype" in metadata and metadata["source_dtype"] not in SOURCE_DTYPES:
         notes.append(f"metadata source_dtype={metadata['source_dtype']!r}, expected one of {', '.join(SOURCE_DTYPES)}")
     if "quality" in metadata:

@@ -498,6 +498,8 @@ NOTE_CASES: list[Case] = [
         quality='{"lm_head.weight": 5, "model.language_model.embed_tokens.weight": {}}')), "tables-metadata"),
     Case("tables-source-dtype-int", edit_header(TABLES, lambda h: h["__metadata__"].update(source_dtype="I8")),
          "tables-metadata"),
+    Case("tables-framework-tag-np", edit_header(TABLES, lambda h: h["__metadata__"].update(format="np")),
+         "tables-metadata"),
 ]
 assert len(CASES_BY_NAME) == len(CASES), "case names must be unique"
 
