@@ -157,3 +157,23 @@ def test_a_float16_model_holds_its_biases_to_float16(fresh) -> None:
     _rewrite(root, lambda t: t.update({n: v.to(torch.float16) for n, v in t.items() if v.dtype == torch.bfloat16}))
     assert read_checkpoint(root).model.dtype == "F16"
     assert _findings(root) == []
+
+
+def test_a_quantization_config_edit_is_fixed_by_the_fix_it_prints(fresh, built) -> None:
+    """The hostile tester's case: quantization args edited (``strategy`` null), the tensors as exported.
+    The tensor-shape errors' fix must name config.json too (it named only the backbone, which was fine);
+    followed (config.json restored from the same revision), the checkpoint verifies OK."""
+    from clef_format.verify.run import verify
+
+    root = fresh("layout-2", "fp8")
+    path = root / "config.json"
+    original = path.read_text()
+    config = json.loads(original)
+    (group,) = [g for g in config["quantization_config"]["config_groups"].values()][:1]
+    group["weights"]["strategy"] = "tensor" if group["weights"]["strategy"] == "channel" else "channel"
+    path.write_text(json.dumps(config))
+    errors = [f for f in verify(str(root)).findings if f.severity == "error"]
+    listed = [f for f in errors if f.code.startswith("tensor-") and f.tensor]  # (the last one counts the rest)
+    assert listed and all("config.json" in (f.fix or "") for f in listed)
+    path.write_text((built("layout-2", "fp8") / "config.json").read_text())
+    assert verify(str(root)).ok

@@ -30,7 +30,10 @@ from clef_format.spec.schemes import (
     stored_scheme,
 )
 
-_REDOWNLOAD = "re-download the backbone; if it was produced locally, re-run the export"
+#: The tensors and config.json disagree, and either may be the one changed (an edited quantization_config
+#: gives the same errors as a damaged shard): the fix restores both.
+_REDOWNLOAD = ("re-download the backbone and config.json from the same revision (they disagree; either may be the "
+               "one changed); if it was produced locally, re-run the export")
 _CODES = {"missing": "tensor-missing", "shape": "tensor-shape", "unexpected": "tensor-unexpected"}
 _NAMES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
 
