@@ -25,8 +25,11 @@ from clef_format.records import Record
 DIST = "clef-vllm"
 #: Seconds the other interpreter may take to answer (its whole process group is killed then).
 PYTHON_TIMEOUT_S = 20
-#: Bytes of its output kept (the answer is one short JSON line; the rest is not read).
+#: Bytes of the end of each output kept: the answer is the last line, one short JSON object (what a
+#: sitecustomize or a .pth prints before it is read past, never kept whole).
 MAX_ANSWER_BYTES = 16 * 1024
+#: Bytes of output read at most: a program that says more is stopped (memory stays MAX_ANSWER_BYTES).
+MAX_READ_BYTES = 16 * 1024 * 1024
 
 _SCRIPT = """\
 import hashlib, json, os, site, sys
@@ -102,11 +105,12 @@ def installed_here() -> InstalledPlugin:
 _EXITED_POLL_S = 0.05
 
 
-def _run_bounded(argv: list[str], cwd: str) -> tuple[int | None, bytes, bytes]:
-    """Run ``argv`` for at most ``PYTHON_TIMEOUT_S`` seconds, keeping at most ``MAX_ANSWER_BYTES`` of each
-    output (a program that says more is stopped: an answer is one short line); the exit status is
-    ``None`` when it was stopped at the deadline. It runs in its own process group, killed as a whole
-    at the end (a child left holding the pipes cannot keep verify waiting)."""
+def _run_bounded(argv: list[str], cwd: str) -> tuple[int | None, bytes, bytes, bytes]:
+    """Run ``argv`` for at most ``PYTHON_TIMEOUT_S`` seconds, keeping the last ``MAX_ANSWER_BYTES`` of each
+    output and reading at most ``MAX_READ_BYTES`` of them (a program that says more is stopped); returns
+    the exit status (``None`` when stopped at the deadline), stdout's and stderr's ends, and stdout's first
+    bytes when it was stopped for saying too much (else ``b""``). It runs in its own process group,
+    killed as a whole at the end (a child left holding the pipes cannot keep verify waiting)."""
     import selectors
     import signal
     import subprocess
@@ -116,6 +120,8 @@ def _run_bounded(argv: list[str], cwd: str) -> tuple[int | None, bytes, bytes]:
                             cwd=cwd, start_new_session=True)
     assert proc.stdout is not None and proc.stderr is not None  # both are PIPEs
     kept = {proc.stdout: bytearray(), proc.stderr: bytearray()}
+    first = bytearray()
+    read = 0
     deadline = time.monotonic() + PYTHON_TIMEOUT_S
     timed_out = full = False
     try:
@@ -136,9 +142,12 @@ def _run_bounded(argv: list[str], cwd: str) -> tuple[int | None, bytes, bytes]:
                         sel.unregister(key.fileobj)
                         continue
                     buf = kept[key.fileobj]  # type: ignore[index]  # one of the two pipes registered above
-                    room = MAX_ANSWER_BYTES - len(buf)
-                    buf += chunk[:room]
-                    full = full or len(chunk) > room
+                    if key.fileobj is proc.stdout and len(first) < 200:
+                        first += chunk[:200 - len(first)]
+                    buf += chunk
+                    del buf[:-MAX_ANSWER_BYTES]
+                    read += len(chunk)
+                    full = read > MAX_READ_BYTES
         if not (timed_out or full):
             try:
                 proc.wait(timeout=max(0.01, deadline - time.monotonic()))
@@ -152,7 +161,8 @@ def _run_bounded(argv: list[str], cwd: str) -> tuple[int | None, bytes, bytes]:
         proc.wait()
         for stream in kept:
             stream.close()
-    return (None if timed_out else proc.returncode), bytes(kept[proc.stdout]), bytes(kept[proc.stderr])
+    return ((None if timed_out else proc.returncode), bytes(kept[proc.stdout]), bytes(kept[proc.stderr]),
+            bytes(first) if full else b"")
 
 
 def _said(out: bytes, err: bytes) -> str:
@@ -209,7 +219,8 @@ def installed_in(python: str) -> InstalledPlugin:
     python = resolve_python(python)
     nonce = secrets.token_hex(16)
     try:
-        code, out, err = _run_bounded([python, "-I", "-c", _SCRIPT, nonce], os.path.dirname(os.path.abspath(python)))
+        code, out, err, flood = _run_bounded([python, "-I", "-c", _SCRIPT, nonce],
+                                             os.path.dirname(os.path.abspath(python)))
     except OSError as exc:
         raise UsageError(f"--python {python}: cannot run it ({exc.strerror or exc})", fix=fix) from None
     if code is None:
@@ -219,9 +230,9 @@ def installed_in(python: str) -> InstalledPlugin:
         answer = json.loads(lines[-1]) if code == 0 and lines else None
     except ValueError:
         answer = None
-    if len(out) >= MAX_ANSWER_BYTES:
+    if flood:
         raise UsageError(f"--python {python} did not run as a Python interpreter: it printed more than "
-                         f"{MAX_ANSWER_BYTES} bytes (stopped there; it began {_said(out[:200], b'')})", fix=fix)
+                         f"{MAX_READ_BYTES} bytes (stopped there; it began {_said(flood, b'')})", fix=fix)
     if not (isinstance(answer, dict) and isinstance(answer.get("version"), (str, type(None)))
             and isinstance(answer.get("python"), list) and answer.get("token") == _token(nonce, answer["python"])):
         raise UsageError(f"--python {python} did not run as a Python interpreter (exit {code}: "

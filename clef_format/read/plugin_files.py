@@ -190,39 +190,105 @@ def parse_py(ck: Checkpoint, rel: str) -> ast.Module:
         raise Unread(rel, f"{rel} is not valid Python ({type(exc).__name__}: {exc})") from None
 
 
-def constants(tree: ast.Module) -> dict[str, str]:
-    """Module-level ``NAME = "literal"`` assignments (the last one wins, as when the module runs)."""
-    out: dict[str, str] = {}
-    for node in tree.body:
-        targets: list[ast.expr] = []
-        value = None
-        if isinstance(node, ast.Assign):
-            targets, value = node.targets, node.value
-        elif isinstance(node, ast.AnnAssign) and node.value is not None:
-            targets, value = [node.target], node.value
-        for t in targets:
-            if isinstance(t, ast.Name):
-                if isinstance(value, ast.Constant) and isinstance(value.value, str):
-                    out[t.id] = value.value
-                else:
-                    out.pop(t.id, None)  # reassigned to something computed: no literal any more
-    return out
+#: Calls that may bind any name of the module they run in (``exec(open("v.py").read())``, ``globals()[k] = v``).
+_BINDS_ANY = frozenset({"exec", "eval", "globals", "vars", "locals", "setattr", "delattr", "__import__"})
 
 
-def first_assignment(tree: ast.Module, name: str) -> ast.expr | None:
-    """The value of the FIRST module-level assignment to ``name`` (what setuptools' ``attr:`` and flit read
-    without importing: each stops there), as an expression; ``None`` when there is none."""
-    for node in tree.body:
-        if isinstance(node, ast.Assign):
-            pairs = [(t, node.value) for t in node.targets]
-        elif isinstance(node, ast.AnnAssign) and node.value is not None:
-            pairs = [(node.target, node.value)]
+#: How a statement that binds a name other than by ``NAME = "literal"`` is named in a note.
+_STATEMENTS = {"AugAssign": "an augmented assignment", "Assign": "an assignment of an expression or to a tuple",
+               "AnnAssign": "an assignment of an expression", "Expr": "an assignment expression (:=)",
+               "If": "under if", "For": "a for loop", "AsyncFor": "a for loop", "While": "a while loop",
+               "Try": "under try", "TryStar": "under try", "With": "under with", "AsyncWith": "under with",
+               "Match": "under match", "Import": "an import", "ImportFrom": "an import", "Delete": "del",
+               "FunctionDef": "a def", "AsyncFunctionDef": "a def", "ClassDef": "a class", "TypeAlias": "a type alias"}
+
+
+def _how_bound(stmt: ast.stmt, name: str) -> str | None:
+    """How ``stmt`` (a statement of the module itself) binds, or may bind, the module-level ``name``,
+    other than by a plain string-literal assignment (the caller takes those); ``None`` when it does not.
+    Nested function, lambda and class bodies are scopes of their own: only ``global``/``nonlocal`` and the
+    calls that may bind any name count there. Iterative: a hostile nesting cannot overflow the stack."""
+    stack: list[tuple[ast.AST, bool]] = [(stmt, True)]  # (node, in the module's own scope)
+    while stack:
+        node, here = stack.pop()
+        if isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
+            return f"declares {name} global in a function"
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _BINDS_ANY:
+            return f"calls {node.func.id}(), which may bind any name"
+        if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+            return "imports * from a module, which may bind any name"
+        if isinstance(node, ast.Attribute) and (node.attr == "__dict__" or (
+                node.attr == name and isinstance(node.ctx, (ast.Store, ast.Del)))):
+            return f"sets {name} or __dict__ as an attribute (the module through sys.modules)"
+        if here:
+            bound = (isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, (ast.Store, ast.Del))
+                     or isinstance(node, (ast.Import, ast.ImportFrom))
+                     and any((a.asname or a.name.split(".")[0]) == name for a in node.names)
+                     or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name
+                     or isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name == name
+                     or isinstance(node, ast.MatchMapping) and node.rest == name)
+            if bound:
+                kind = _STATEMENTS.get(type(stmt).__name__, f"a {type(stmt).__name__} statement")
+                return f"binds {name} other than by a plain string literal ({kind})"
+        if isinstance(node, ast.AnnAssign) and node.value is None and node is stmt:
+            stack.append((node.annotation, here))  # ``NAME: str`` alone binds nothing
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            args = node.args
+            outer: list[ast.AST] = [*args.defaults, *(d for d in args.kw_defaults if d is not None)]
+            if not isinstance(node, ast.Lambda):
+                outer += [*node.decorator_list, *(a.annotation for a in (*args.posonlyargs, *args.args,
+                          *args.kwonlyargs, args.vararg, args.kwarg) if a is not None and a.annotation is not None)]
+                outer += [node.returns] if node.returns is not None else []
+            stack += [(n, here) for n in outer]
+            stack += [(n, False) for n in (node.body if isinstance(node.body, list) else [node.body])]
+        elif isinstance(node, ast.ClassDef):
+            stack += [(n, here) for n in (*node.decorator_list, *node.bases, *node.keywords)]
+            stack += [(n, False) for n in node.body]
         else:
-            continue
-        for target, value in pairs:
-            if isinstance(target, ast.Name) and target.id == name:
-                return value
+            stack += [(n, here) for n in ast.iter_child_nodes(node)]
     return None
+
+
+def bound_string(tree: ast.Module, rel: str, name: str, until: ast.stmt | None = None, use: str = "") -> str:
+    """The string the module-level ``name`` of ``rel`` holds where it is used, read without running it: THE
+    rule for every module constant a version is read from (``setup(version=NAME)``, ``attr:``).
+
+    The module's own statements are followed in order up to ``until``, the statement that uses the name
+    (``setup(...)``; ``None``: the end of the module, the module as imported, for ``attr:``); that
+    statement itself is looked at too. Each ``NAME = "literal"`` (or ``NAME: str = "literal"``) sets the
+    value; anything else that binds or may bind the name (``+=``, an expression, a tuple target, a binding
+    under ``if``/``for``/``while``/``try``/``with``/``match``, an import, ``global``, ``del``, a ``def``,
+    ``exec``/``globals()``...) makes it unknown: ``Unread`` naming the file and line, never a guess. For
+    ``attr:`` (``until=None``) setuptools reads the FIRST assignment without running the module and
+    imports the module when it cannot, so the literals must all agree: one that differs is ``Unread``
+    too. A name never bound before its use is ``Unread`` (the build stops on a ``NameError``)."""
+    use = use or (f"setup(...) at line {until.lineno}" if until is not None else "the end of the module")
+    values: list[str] = []
+    for stmt in tree.body:
+        if stmt is until:
+            break
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(
+            stmt, ast.AnnAssign) and stmt.value is not None else []
+        value = literal(stmt.value) if isinstance(stmt, (ast.Assign, ast.AnnAssign)) else None
+        if (value is not None and all(isinstance(t, ast.Name) for t in targets)
+                and any(isinstance(t, ast.Name) and t.id == name for t in targets)):
+            values.append(value)
+            continue
+        why = _how_bound(stmt, name)
+        if why is not None:
+            raise Unread(rel, f"{rel} line {stmt.lineno} {why} before {use}: its value there is decided "
+                              "when the module runs, and clef-format never runs it")
+    why = _how_bound(until, name) if until is not None else None
+    if until is not None and why is not None:
+        raise Unread(rel, f"{rel} line {until.lineno} {why} in {use}: its value there is decided when the "
+                          "module runs, and clef-format never runs it")
+    if not values:
+        raise Unread(rel, f"{rel} assigns no string literal to {name} before {use}")
+    if until is None and len(set(values)) > 1:
+        raise Unread(rel, f"{rel} assigns {name} {len(values)} different string literals ({values[0]!r} first, "
+                          f"{values[-1]!r} last): setuptools reads the first without running the module, an "
+                          "import gives the last; which one a build gets is not read")
+    return values[-1]
 
 
 def literal(value: ast.expr | None) -> str | None:

@@ -4,11 +4,15 @@ In setuptools' own order (pip's builds agree): ``pyproject.toml`` (``[project] v
 ``dynamic = ["version"]`` with ``[tool.setuptools.dynamic] version = {attr = ...}`` / ``{file = ...}``),
 a literal ``version=`` keyword of the one module-level ``setup(...)`` call in ``setup.py`` (or a
 module-level string constant it names), ``setup.cfg`` (``[metadata] version``, ``attr:`` / ``file:``;
-``attr:`` modules are found through ``package_dir`` as setuptools finds them), then, only where
-``setup.py`` computes the version (often by reading it), a literal ``__version__ = "..."`` in the
-package. Nothing stated at all is ``0.0.0``, what setuptools builds. A version a plugin sets from git
-when the build runs (setuptools-scm, setuptools-git-versioning, versioningit: in ``[build-system]
-requires``, a ``[tool.<plugin>]`` table, ``setup(use_scm_version=...)``) cannot be read: ``Unread``.
+``attr:`` modules are found through ``package_dir`` as setuptools finds them). A module constant (the
+one ``setup(version=NAME)`` passes, the one ``attr:`` names) is read by one rule,
+``plugin_files.bound_string``: followed in order up to where it is used, plain string literals only.
+A ``setup(version=...)`` that is an expression (``open("VERSION").read()``) is ``Unread``: what it
+evaluates to is decided when setup.py runs, and no other file stands in for it (the package's
+``__version__`` may say something else). Nothing stated at all is ``0.0.0``, what setuptools builds.
+A version a plugin sets from git when the build runs (setuptools-scm, setuptools-git-versioning,
+versioningit: in ``[build-system] requires``, a ``[tool.<plugin>]`` table, ``setup(use_scm_version=...)``)
+cannot be read: ``Unread``.
 """
 
 from __future__ import annotations
@@ -28,10 +32,7 @@ from clef_format.read.plugin_files import (
     SETUP_CFG,
     SETUP_PY,
     Unread,
-    canonical_name,
-    constants,
-    first_assignment,
-    literal,
+    bound_string,
     never_read,
     parse_py,
     pep621_name_and_dynamic,
@@ -139,16 +140,14 @@ def _module_file(ck: Checkpoint, dotted: str) -> str | None:
 
 
 def _attr_version(ck: Checkpoint, attr: str, via: str) -> tuple[str, str]:
-    """``pkg.module.NAME`` -> (version, where), read from the module's source without importing it: the
-    FIRST module-level assignment to NAME, as setuptools' ``StaticModule`` reads it (setuptools would
-    import the module when that is not a literal)."""
+    """``pkg.module.NAME`` -> (version, where), read from the module's source without importing it
+    (``bound_string`` to the end of the module: setuptools' ``StaticModule`` reads the first assignment,
+    an import the last; only plain literals that agree are read)."""
     module, _, name = attr.strip().rpartition(".")
     rel = _module_file(ck, module) if module else None
     if rel is None:
         raise Unread(via.split(" ")[0], f"{via} names {attr!r}, whose module is not in {PLUGIN_DIR}/")
-    value = literal(first_assignment(parse_py(ck, rel), name))
-    if value is None:
-        raise Unread(rel, f"{via} names {attr!r}, which is not a string literal in {rel}")
+    value = bound_string(parse_py(ck, rel), rel, name, use=f"the end of the module ({via} names {attr!r})")
     return value, f"{rel} ({name}, via {via})"
 
 
@@ -221,29 +220,56 @@ def _is_setup(node: ast.AST) -> bool:
 
 
 def _setup_call(ck: Checkpoint) -> ast.Call | None:
-    """The one ``setup(...)`` call of setup.py, a statement of the module itself (``None`` when there is
-    no call). Several calls, or one under ``if``/``def``/``for``/``with``/``try``, leave which one runs
-    (and whether) to the run: not read."""
+    """The one ``setup(...)`` call of setup.py (``_setup_statement``), or ``None``."""
+    found = _setup_statement(ck)
+    return found[1].value if found is not None else None  # type: ignore[return-value]
+
+
+def _setup_statement(ck: Checkpoint) -> tuple[ast.Module, ast.Expr] | None:
+    """(setup.py, the statement that is its one ``setup(...)`` call, a statement of the module itself;
+    ``None`` when there is no call). Several calls, or one under ``if``/``def``/``for``/``with``/``try``,
+    leave which one runs (and whether) to the run: not read."""
     if SETUP_PY not in ck.files:
         return None
     tree = parse_py(ck, SETUP_PY)
-    top = [n.value for n in tree.body if isinstance(n, ast.Expr) and _is_setup(n.value)]
+    top = [n for n in tree.body if isinstance(n, ast.Expr) and _is_setup(n.value)]
     every = [n for n in ast.walk(tree) if _is_setup(n)]
     if len(every) > len(top):
         raise Unread(SETUP_PY, f"{SETUP_PY} calls setup(...) inside a block (if/def/for/with/try or an expression): "
                                "which call runs is decided when it runs")
     if len(top) > 1:
         raise Unread(SETUP_PY, f"{SETUP_PY} calls setup(...) {len(top)} times: which call builds is decided when it runs")
-    return top[0] if top else None  # type: ignore[return-value]
+    return (tree, top[0]) if top else None
 
 
-def _from_setup_py(ck: Checkpoint) -> Found:
-    call = _setup_call(ck)
-    if call is None:
-        return None, None, None
-    consts = constants(parse_py(ck, SETUP_PY))
+def _setup_keyword(tree: ast.Module, top: ast.Expr, value: ast.expr, key: str) -> str:
+    """The string ``setup(key=value)`` (the statement ``top`` of setup.py) passes: a literal, or a module
+    constant by ``bound_string``; ``Unread`` for an expression (decided when setup.py runs: no other file
+    stands in for it)."""
+    if isinstance(value, ast.Constant) and isinstance(value.value, str):
+        return value.value
+    if isinstance(value, ast.Name):
+        return bound_string(tree, SETUP_PY, value.id, top)
+    try:
+        shown = ast.unparse(value)
+    except (RecursionError, ValueError, MemoryError):  # a hostile nesting ast.parse took but unparse cannot
+        shown = "..."
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    raise Unread(SETUP_PY, f"{SETUP_PY} line {value.lineno} passes setup({key}={shown}), an expression: its value "
+                           "is decided when the module runs, and clef-format never runs it (no other file, "
+                           "setup.cfg or the package's __version__, stands in for it)")
+
+
+def _from_setup_py(ck: Checkpoint) -> tuple[Found, Unread | None]:
+    """((name, version, where), why the version it passes is not known); version None and no reason when
+    setup(...) passes none (or there is no setup.py)."""
+    statement = _setup_statement(ck)
+    if statement is None:
+        return (None, None, None), None
+    tree, top = statement
+    call: ast.Call = top.value  # type: ignore[assignment]
     found: dict[str, str | None] = {}
-    computed: set[str] = set()
+    unknown: Unread | None = None
     for kw in call.keywords:
         if kw.arg is None:
             raise Unread(SETUP_PY, f"{SETUP_PY} passes setup(**...): its keywords are decided when it runs")
@@ -252,29 +278,13 @@ def _from_setup_py(ck: Checkpoint) -> Found:
                                    "control (git tags) when the build runs")
         if kw.arg not in ("name", "version"):
             continue
-        if isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
-            found[kw.arg] = kw.value.value
-        elif isinstance(kw.value, ast.Name) and kw.value.id in consts:
-            found[kw.arg] = consts[kw.value.id]
-        else:
-            computed.add(kw.arg)
-    if "version" in computed:
-        return found.get("name"), None, "computed"
+        try:
+            found[kw.arg] = _setup_keyword(tree, top, kw.value, kw.arg)
+        except Unread as exc:
+            if kw.arg == "version":
+                unknown = exc
     version = found.get("version")
-    return found.get("name"), version, f"{SETUP_PY} (setup(version=...))" if version else None
-
-
-def _from_dunder(ck: Checkpoint, name: str | None) -> tuple[str | None, str | None]:
-    """A literal ``__version__`` in the plugin's package (``clef_vllm``), found through its ``package_dir``:
-    only asked when setup.py computes its version (often by reading that literal)."""
-    package = canonical_name(name or "clef-vllm").replace("-", "_")
-    for module in (package, f"{package}._version", f"{package}.version"):
-        rel = _module_file(ck, module)
-        if rel is not None:
-            value = constants(parse_py(ck, rel)).get("__version__")
-            if value is not None:
-                return value, f"{rel} (__version__)"
-    return None, None
+    return (found.get("name"), version, f"{SETUP_PY} (setup(version=...))" if version else None), unknown
 
 
 def _scm_plugin(ck: Checkpoint) -> tuple[str, str] | None:
@@ -300,23 +310,20 @@ def read_setuptools(ck: Checkpoint) -> Found:
         plugin, why = scm
         raise Unread(PYPROJECT, f"{why}: {plugin} sets the version from version control (git tags) when the "
                                 "build runs, and the folder states none")
-    name: str | None = None
-    version: str | None = None
-    where: str | None = None
-    computed = False
     # setuptools' own order (pip builds agree): pyproject.toml's [project] wins over setup(...)'s
-    # keywords, which win over setup.cfg; a version setup.py computes overrides setup.cfg's
-    for reader in (_from_pyproject, _from_setup_py, _from_setup_cfg):
-        n, v, w = reader(ck)
-        name = name or n
-        computed = computed or (version is None and w == "computed")
-        if v is not None and version is None and not computed:
-            version, where = v, w
-    if version is None and computed:  # e.g. a setup.py that reads __version__ from the package when it runs
-        version, where = _from_dunder(ck, name)
-    if version is None and computed:
-        raise Unread(SETUP_PY, f"{SETUP_PY} computes the version when it runs (setup(version=...) is no "
-                               "string literal) and the package holds no literal __version__")
+    # keywords, which win over setup.cfg; a version setup(...) passes that is not known is not read, never
+    # replaced by another file's (setup.cfg's, the package's __version__)
+    name, version, where = _from_pyproject(ck)
+    (n, v, w), unknown = _from_setup_py(ck)
+    name = name or n
+    if version is None and unknown is not None:
+        raise unknown
+    if version is None:
+        version, where = v, w
+    n, v, w = _from_setup_cfg(ck)
+    name = name or n
+    if version is None:
+        version, where = v, w
     packaging = [f for f in (SETUP_PY, SETUP_CFG, PYPROJECT) if f in ck.files]
     if version is None and name is not None and packaging:
         # nothing states a version (a [project] table would have refused): setuptools builds 0.0.0

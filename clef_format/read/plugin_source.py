@@ -3,8 +3,8 @@
 The release's card installs the plugin with ``pip install ./<repo>/vllm_plugin``, so that folder's
 version is the plugin a user serves these weights with. It is data: nothing in it is imported or run.
 The version is read as the build backend pip would run reads it (``read.plugin_backends.build_backend``):
-setuptools (``read.plugin_setuptools``: pyproject.toml, setup.py, setup.cfg, the package's
-``__version__``), hatchling, flit-core, poetry-core, pdm-backend (``read.plugin_backends``). The
+setuptools (``read.plugin_setuptools``: pyproject.toml, setup.py, setup.cfg and the modules their
+``attr:`` names), hatchling, flit-core, poetry-core, pdm-backend (``read.plugin_backends``). The
 distribution name must be clef-vllm (PEP 503 normalisation). What cannot be read exactly (a file too
 large, not UTF-8, a syntax error; a version set from version control or by code when the build runs;
 another backend) gives a note naming the file and why instead of a version, never an exception and

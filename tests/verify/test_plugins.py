@@ -26,7 +26,9 @@ from clef_format.verify import verify
 
 CLI = [sys.executable, "-m", "clef_format"]
 REPO = Path(__file__).resolve().parents[2]
-READABLE = [k for k in PLUGIN_KINDS if k != "example"]
+#: the kinds whose version is read; the others compute it when setup.py runs (bundled-plugin-unread)
+COMPUTED = ("example", "setup-py-reads-init")
+READABLE = [k for k in PLUGIN_KINDS if k not in COMPUTED]
 
 
 def run_cli(*args: str, pythonpath: list[Path] = ()) -> subprocess.CompletedProcess[str]:
@@ -170,28 +172,23 @@ def test_each_kind_names_its_file(releases):
                           "[tool.setuptools.dynamic])",
         "setup-cfg": "vllm_plugin/setup.cfg [metadata] version",
         "setup-py": "vllm_plugin/setup.py (setup(version=...))",
-        "setup-py-reads-init": "vllm_plugin/clef_vllm/__init__.py (__version__)",
     }
 
 
 @pytest.mark.parametrize("case,expected", [
     ("setup.py over setup.cfg", "0.1.9"), ("pyproject over setup.py", "0.2.1"),
-    ("pyproject over a stale __version__", "0.2.1"), ("computed setup.py over setup.cfg", "0.1.7"),
-    ("pyproject VERSION file", "0.2.3"),
+    ("pyproject over a stale __version__", "0.2.1"), ("pyproject VERSION file", "0.2.3"),
 ])
 def test_several_sources_the_one_setuptools_builds_wins(releases, tmp_path, case, expected):
     """Where two files state a version, the reader takes the one pip's build really gives."""
     import shutil
 
-    kind = {"setup.py over setup.cfg": "setup-cfg", "computed setup.py over setup.cfg": "setup-cfg"}.get(case, "pyproject")
+    kind = {"setup.py over setup.cfg": "setup-cfg"}.get(case, "pyproject")
     root = tmp_path / "clef"
     shutil.copytree(releases("layout-2", "0.2.1", kind), root)
     plugin = root / "vllm_plugin"
     if case == "setup.py over setup.cfg":
         (plugin / "setup.py").write_text('from setuptools import setup\n\nsetup(version="0.1.9")\n')
-    elif case == "computed setup.py over setup.cfg":
-        (plugin / "setup.py").write_text("from setuptools import setup\n\nsetup(version='.'.join(['0', '1', '7']))\n")
-        (plugin / "clef_vllm" / "__init__.py").write_text('__version__ = "0.1.7"\n')
     elif case == "pyproject VERSION file":
         (plugin / "pyproject.toml").write_text((plugin / "pyproject.toml").read_text().replace(
             'version = "0.2.1"', 'dynamic = ["version"]') + '\n[tool.setuptools.dynamic]\nversion = {file = "./VERSION"}\n')
@@ -205,11 +202,14 @@ def test_several_sources_the_one_setuptools_builds_wins(releases, tmp_path, case
     assert installed_version(tmp_path / "site") == expected
 
 
-def test_a_version_set_at_build_time_is_a_warning_not_a_guess(releases):
-    report = verify(str(releases("layout-2", "0.1.4", "example")))
+@pytest.mark.parametrize("kind", COMPUTED)
+def test_a_version_set_at_build_time_is_a_warning_not_a_guess(releases, kind):
+    """setup.py computes its version (from the environment; from __init__.py by a regex): never a fallback
+    to the package's literal __version__, which may not be what the build gives."""
+    report = verify(str(releases("layout-2", "0.1.4", kind)))
     (f,) = report.findings
-    assert (f.code, f.severity) == ("bundled-plugin-unread", "warning")
-    assert "computes the version when it runs" in f.message
+    assert (f.code, f.severity, f.file) == ("bundled-plugin-unread", "warning", "vllm_plugin/setup.py")
+    assert "is decided when the module runs, and clef-format never runs it" in f.message
     assert report.to_dict()["plugins"][0]["can_serve"] is None
 
 
@@ -250,7 +250,7 @@ def _packaging(plugin: Path, case: str) -> None:
             + ("package_dir =\n    =src\n" if case == "src-setup-cfg" else ""))
         (plugin / "setup.py").write_text("from setuptools import setup\nsetup("
                                          + ("package_dir={'': 'src'}" if case == "src-setup-py" else "") + ")\n")
-    elif case == "attr-first-assignment":  # setuptools reads the first literal, without running the module
+    elif case == "attr-first-assignment":  # setuptools reads the first literal; an import would give the last
         (plugin / "pyproject.toml").write_text(
             _BUILD_ONLY + '[project]\nname = "clef-vllm"\ndynamic = ["version"]\n[tool.setuptools]\n'
             'packages = ["clef_vllm"]\n[tool.setuptools.dynamic]\nversion = {attr = "clef_vllm.__version__"}\n')
@@ -277,7 +277,7 @@ def _built_version(plugin: Path, out: Path) -> str | None:
 
 @pytest.mark.parametrize("case,built", [
     ("src-setup-cfg", "0.1.4"), ("src-pyproject", "0.1.4"), ("src-setup-py", "0.1.4"), ("no-version", "0.0.0"),
-    ("attr-first-assignment", "0.1.4"), ("src-discovered", "0.1.4"),
+    ("src-discovered", "0.1.4"),
 ])
 def test_what_setuptools_resolves_is_what_is_read(releases, tmp_path, case, built):
     """attr: through package_dir (a decoy package outside it says 0.2.0), and no version at all (0.0.0,
@@ -297,6 +297,8 @@ def test_what_setuptools_resolves_is_what_is_read(releases, tmp_path, case, buil
 @pytest.mark.parametrize("case,built,why", [
     ("setup-under-if", "0.1.4", "inside a block"), ("setup-in-def", "0.1.4", "inside a block"),
     ("two-setups", None, "calls setup(...) 2 times"),
+    # setuptools reads attr:'s first literal without running the module, an import gives the last
+    ("attr-first-assignment", "0.1.4", "2 different string literals"),
     ("static-and-dynamic", None, "setuptools refuses to build it"),
 ])
 def test_a_version_only_the_run_decides_is_unread_not_guessed(releases, tmp_path, case, built, why):
@@ -569,6 +571,22 @@ def test_a_python_whose_child_keeps_the_pipes_open_is_read_when_it_exits(release
     assert proc.returncode == 0 and payload["findings"] == [], payload
     assert (row["source"], row["version"], row["can_serve"]) == ("python", "0.2.1", True), row
     assert row["where"].startswith(f"{wrapper}: "), row
+
+
+def test_a_python_whose_startup_prints_a_lot_is_still_read(releases, tmp_path):
+    """An environment whose sitecustomize (or .pth) prints 100 KB at start-up: the answer is the last
+    line, and it is read (it was "did not run as a Python interpreter": only the first 16 KB were kept)."""
+    env = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False).create(env)
+    site = Path(subprocess.run([str(env / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()"
+                                "['purelib'])"], capture_output=True, text=True, check=True).stdout.strip())
+    pip_install(releases("layout-2", "0.2.1") / "vllm_plugin", site)
+    (site / "sitecustomize.py").write_text("print('banner ' * 20_000)\n")
+    proc = run_cli("verify", str(releases("layout-2", "0.2.1")), "--json", "--python", str(env / "bin" / "python"))
+    payload = json.loads(proc.stdout)
+    row = payload["plugins"][-1]
+    assert proc.returncode == 0 and payload["findings"] == [], payload
+    assert (row["source"], row["version"], row["can_serve"]) == ("python", "0.2.1", True), row
 
 
 @pytest.mark.parametrize("bundled", [True, False], ids=["ships-its-plugin", "weights-only"])
