@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import struct
 
 from clef_format.records import Record
 
@@ -170,23 +171,62 @@ def _rope_problems(text: Mapping[str, Any], prefix: str) -> list[ConfigProblem]:
     return out
 
 
+#: How vLLM computes with a number of ``NUMBERS``: as written (an integer count), or cast to float32
+#: (torch casts a Python float into a float32 tensor by rounding to nearest: past float32's largest value
+#: it is infinite, below its smallest subnormal 0), or cast to float32 with its reciprocal bounding every
+#: result as well (RoPE: each inv_freq lies between 1 and 1/theta).
+AS_WRITTEN, FLOAT32, FLOAT32_AND_INVERSE = "as written", "float32", "float32 and 1/x"
 #: Numbers the text model computes with, and the range each must lie in: (key, lowest, lowest allowed,
-#: why). vLLM's RMSNorm computes ``x * rsqrt(mean(x^2) + eps)`` (layers/layernorm.py): a NaN eps makes
-#: every norm output NaN, a negative one NaN wherever the mean square is below -eps, an infinite one
-#: zero; RoPE's ``inv_freq = 1 / rope_theta ** (2i / rotary_dim)`` (rotary_embedding/base.py) is NaN
-#: for a NaN or negative theta, infinite (cos/sin NaN) for 0 and 0 for an infinite one; the RoPE cache holds
+#: arithmetic, why). vLLM's RMSNorm computes ``x * rsqrt(mean(x^2) + eps)`` in float32 (layers/layernorm.py):
+#: a NaN eps makes every norm output NaN, a negative one NaN wherever the mean square is below -eps, an
+#: infinite one (in float32: from 3.4028236e38) zero. RoPE's ``inv_freq = 1.0 / (base ** (torch.arange(0,
+#: rotary_dim, 2, dtype=torch.float) / rotary_dim))`` (rotary_embedding/base.py) casts theta to float32 and
+#: raises it to exponents in [0, 1): each inv_freq lies between 1 and 1/theta, so all are finite and nonzero,
+#: for every rotary_dim, while theta and 1/theta are finite and nonzero in float32 (theta in (2.9387366e-39,
+#: 3.4028236e38)); outside, NaN for a NaN or negative theta, infinite (cos/sin NaN) for one that is 0 in float32,
+#: 0 for one past float32's range (no position encoded), and for one whose reciprocal overflows float32 the
+#: cos/sin cache's angles position x inv_freq overflow from position 2. The RoPE cache holds
 #: ``max_position_embeddings`` positions (torch.arange refuses a negative length).
-_NORM = ("vLLM's RMSNorm scales by 1/sqrt(mean(x^2) + eps): a NaN eps makes every norm output NaN, a negative one "
-         "NaN wherever mean(x^2) < -eps, an infinite one 0")
-_ROPE = ("vLLM's RoPE frequencies 1/theta^(2i/d) are then NaN or infinite (every attention score NaN), or 0 for "
-         "an infinite theta (no position encoded)")
-NUMBERS = (("rms_norm_eps", 0.0, True, _NORM),
-           ("rope_parameters.rope_theta", 0.0, False, _ROPE),
-           ("rope_theta", 0.0, False, _ROPE),
-           ("max_position_embeddings", 1, True, "vLLM's RoPE cache holds that many positions (torch.arange refuses "
-            "a negative length; none: no position at all)"))
+_NORM = ("vLLM's RMSNorm scales by 1/sqrt(mean(x^2) + eps) in float32: a NaN eps makes every norm output NaN, a "
+         "negative one NaN wherever mean(x^2) < -eps, an infinite one 0")
+_ROPE = ("vLLM's RoPE frequencies 1/theta^(2i/d), computed in float32 and lying between 1 and 1/theta, are then NaN "
+         "or infinite (every attention score NaN), or 0 for an infinite theta (no position encoded)")
+NUMBERS = (("rms_norm_eps", 0.0, True, FLOAT32, _NORM),
+           ("rope_parameters.rope_theta", 0.0, False, FLOAT32_AND_INVERSE, _ROPE),
+           ("rope_theta", 0.0, False, FLOAT32_AND_INVERSE, _ROPE),
+           ("max_position_embeddings", 1, True, AS_WRITTEN, "vLLM's RoPE cache holds that many positions "
+            "(torch.arange refuses a negative length; none: no position at all)"))
 #: The values a fix sets: Qwen3.5's own (config_full.json, the real exports).
 NUMBER_FIXES = {"rms_norm_eps": 1e-06}
+#: float32's largest finite value: a Python float at or past the midpoint above it casts to infinity.
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def float32(x: float) -> float:
+    """``x`` as a float32 tensor holds it: rounded to nearest (ties to even), infinite past float32's range,
+    0 below half its smallest subnormal; stdlib only (struct's float32 packing rounds as torch casts)."""
+    try:
+        return struct.unpack("<f", struct.pack("<f", float(x)))[0]
+    except OverflowError:  # finite (or an int) beyond float32: the cast gives infinity of its sign
+        return math.inf if x > 0 else -math.inf
+
+
+def _out_of_range(value: float, low: float, inclusive: bool, arithmetic: str) -> str | None:
+    """Why ``value`` lies outside its range as vLLM computes with it (``NUMBERS``); None: inside."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "not a finite number"
+    used = value if arithmetic == AS_WRITTEN else float32(value)  # an int as written: finite, however large
+    if isinstance(used, float) and not math.isfinite(used):
+        return f"beyond float32's largest value {FLOAT32_MAX:.8g}: infinite in the float32 vLLM computes with"
+    bound = f"{'below' if inclusive else 'not above'} {low}"
+    if not (value >= low if inclusive else value > low):
+        return bound
+    if not (used >= low if inclusive else used > low):  # rounded there: a tiny theta is 0 in float32
+        return f"{used:g} in the float32 vLLM computes with, {bound}"
+    if arithmetic == FLOAT32_AND_INVERSE and not math.isfinite(float32(1.0 / used)):
+        return (f"{used:.8g} in the float32 vLLM computes with: its reciprocal is beyond float32's largest value "
+                f"{FLOAT32_MAX:.8g}, infinite there")
+    return None
 
 
 def _lookup(d: Mapping[str, Any], dotted: str) -> tuple[bool, Any]:
@@ -201,15 +241,14 @@ def _lookup(d: Mapping[str, Any], dotted: str) -> tuple[bool, Any]:
 def _number_problems(text: Mapping[str, Any], prefix: str) -> list[ConfigProblem]:
     """A number the model computes with that is NaN, infinite or out of its range (``NUMBERS``)."""
     out: list[ConfigProblem] = []
-    for sub, low, inclusive, why in NUMBERS:
+    for sub, low, inclusive, arithmetic, why in NUMBERS:
         present, value = _lookup(text, sub)
         if not present or not isinstance(value, (int, float)) or isinstance(value, bool):
             continue  # absent: transformers' default; another JSON type: the type rule reports it
-        finite = math.isfinite(value)
-        if finite and (value >= low if inclusive else value > low):
+        what = _out_of_range(value, low, inclusive, arithmetic)
+        if what is None:
             continue
         key = f"{prefix}{sub}"
-        what = "not a finite number" if not finite else f"{'below' if inclusive else 'not above'} {low}"
         fix = NUMBER_FIXES.get(sub)
         out.append(ConfigProblem(
             key, f"{key} is {json.dumps(value)} ({what}): {why}",
@@ -238,6 +277,39 @@ def _sum(section: Any) -> float | None:
     return sum(section)
 
 
+def _builds_mrope(rope: Mapping[str, Any]) -> bool:
+    """Whether get_rope builds ``MRotaryEmbedding`` (0.28 and 0.33): an ``mrope_section`` under rope_type
+    ``default`` or ``yarn``, the types a Qwen3.5 config uses."""
+    return "mrope_section" in rope and rope.get("rope_type", "default") in ("default", "yarn")
+
+
+def mrope_forward_rule(rope: Mapping[str, Any]) -> str | None:
+    """Why vLLM's M-RoPE cannot take this ``mrope_section``'s entries as counts (None: it can). Called where
+    ``mrope_rule`` (get_rope, which checks only the sum) found nothing.
+
+    vLLM declares the section ``list[int]`` (0.28 and 0.33, mrope.py). Where ``mrope_interleaved`` is
+    off, ``MRotaryEmbedding.forward_native`` (the CPU's path, and the GPU's under torch.compile's default
+    ``custom_ops`` "none") splits the cos/sin cache with ``cos.split(self.mrope_section, dim=-1)``: torch's
+    split_with_sizes takes only integers (a float or a boolean: TypeError) and none negative
+    (RuntimeError); a 0 is an empty split, which works. 0.33's ROCm op ``vllm.mrope`` takes ints as
+    well. The interleaved paths only compare channel indices with 3 x count, which a float passes and a
+    negative count reads as 0: the rule asks for the declared form there too.
+    """
+    if not _builds_mrope(rope) or not isinstance(rope["mrope_section"], list):
+        return None
+    for entry in rope["mrope_section"]:
+        if isinstance(entry, bool) or not isinstance(entry, int):
+            what = f"{json.dumps(entry)} is not an integer"
+        elif entry < 0:
+            what = f"{entry} is negative"
+        else:
+            continue
+        return (f"its entry {what}: vLLM's M-RoPE takes integer counts >= 0 (its forward pass splits the cos/sin "
+                "cache by them with torch.split: TypeError for a float or a boolean, RuntimeError for a negative "
+                "count)")
+    return None
+
+
 def mrope_rule(rope: Mapping[str, Any], head_dim: int) -> str | None:
     """Why vLLM's ``get_rope`` refuses this ``mrope_section`` (None: it builds the embedding).
 
@@ -249,7 +321,7 @@ def mrope_rule(rope: Mapping[str, Any], head_dim: int) -> str | None:
     TypeError. Not covered: ``openpangu``
     (``MRotaryEmbeddingInterleaved``) and 0.33's ``bailing_mrope``, other model families' types.
     """
-    if "mrope_section" not in rope or rope.get("rope_type", "default") not in ("default", "yarn"):
+    if not _builds_mrope(rope):
         return None
     section = rope["mrope_section"]
     dim = rotary_dim(head_dim, rope)
@@ -270,18 +342,22 @@ def _mrope_problems(text: Mapping[str, Any], prefix: str) -> list[ConfigProblem]
     head_dim = text.get("head_dim", DEFAULT_HEAD_DIM)
     if not isinstance(rope, dict) or not isinstance(head_dim, int) or isinstance(head_dim, bool):
         return []
-    why = mrope_rule(rope, head_dim)
-    if why is None:
-        return []
-    key = f"{prefix}rope_parameters.mrope_section"
     dim = rotary_dim(head_dim, rope) or 0
+    why = mrope_rule(rope, head_dim)
+    if why is not None:
+        why += f"; rotary_dim = head_dim {head_dim} x partial_rotary_factor = {dim}: vLLM refuses to build the " \
+            "attention layers' RoPE"
+    else:
+        why = mrope_forward_rule(rope)
+        if why is None:
+            return []
+    key = f"{prefix}rope_parameters.mrope_section"
     half = dim // 2
     split = [half // 3 + (1 if i < half % 3 else 0) for i in range(3)]  # Qwen3.5: 32 -> [11, 11, 10]
     return [ConfigProblem(
-        key, f"{key} is {json.dumps(rope['mrope_section'])}: {why}; rotary_dim = head_dim {head_dim} x "
-        f"partial_rotary_factor = {dim}: vLLM refuses to build the attention layers' RoPE",
-        set_fix(key, split) if half == 32 else f"set {key} to the export's sections (integers summing to {half}; "
-        f"Qwen3.5's split of 32 is [11, 11, 10])")]
+        key, f"{key} is {json.dumps(rope['mrope_section'])}: {why}",
+        set_fix(key, split) if half == 32 else f"set {key} to the export's sections (integers >= 0 summing to "
+        f"{half or 'rotary_dim // 2'}; Qwen3.5's split of 32 is [11, 11, 10])")]
 
 
 def _token_problems(raw: Mapping[str, Any], vocab: int) -> list[ConfigProblem]:

@@ -105,6 +105,20 @@ CASES = [
      "config-invalid", "text_config.rope_parameters.rope_theta", False),
     ("rope_theta-infinite", "bf16", L.CONFIG, _set("text_config.rope_parameters.rope_theta", float("-inf")),
      "config-invalid", "text_config.rope_parameters.rope_theta", False),
+    ("rms_norm_eps-float32-infinite", "bf16", L.CONFIG, _set("text_config.rms_norm_eps", 1e39), "config-invalid",
+     "text_config.rms_norm_eps", True),
+    ("rope_theta-float32-zero", "bf16", L.CONFIG, _set("text_config.rope_parameters.rope_theta", 1e-50),
+     "config-invalid", "text_config.rope_parameters.rope_theta", False),
+    ("rope_theta-float32-inverse-infinite", "bf16", L.CONFIG, _set("text_config.rope_parameters.rope_theta", 1e-39),
+     "config-invalid", "text_config.rope_parameters.rope_theta", False),
+    ("rope_theta-float32-infinite", "bf16", L.CONFIG, _set("text_config.rope_parameters.rope_theta", 1e39),
+     "config-invalid", "text_config.rope_parameters.rope_theta", False),
+    ("mrope_section-float", "bf16", L.CONFIG, _set("text_config.rope_parameters.mrope_section", [1.0, 1, 0]),
+     "config-invalid", "text_config.rope_parameters.mrope_section", False),
+    ("mrope_section-bool", "bf16", L.CONFIG, _set("text_config.rope_parameters.mrope_section", [1, True, 0]),
+     "config-invalid", "text_config.rope_parameters.mrope_section", False),
+    ("mrope_section-negative", "bf16", L.CONFIG, _set("text_config.rope_parameters.mrope_section", [3, -1, 0]),
+     "config-invalid", "text_config.rope_parameters.mrope_section", False),
     ("max_position_embeddings-negative", "bf16", L.CONFIG, _set("text_config.max_position_embeddings", -1),
      "config-invalid", "text_config.max_position_embeddings", False),
     ("head-heads", "bf16", L.HEAD_CONFIG, _set("heads", 5), "head-config-invalid", "heads", False),
@@ -221,7 +235,9 @@ def test_fp8_dynamic_weights_stay_refused_as_vllm_refuses_them(fresh):
                                  "vision_config.hidden_act", "text_config.rope_parameters",
                                  "text_config.rope_parameters.rope_type",
                                  "text_config.rope_parameters.partial_rotary_factor", "vision_config.num_heads",
-                                 "image_token_id", "tie_word_embeddings", "text_config.tie_word_embeddings"])
+                                 "image_token_id", "tie_word_embeddings", "text_config.tie_word_embeddings",
+                                 "text_config.rope_parameters.mrope_section", "text_config.rope_parameters.rope_theta",
+                                 "text_config.rms_norm_eps", "text_config.max_position_embeddings"])
 def test_any_json_value_in_a_rule_key_is_a_finding_never_a_crash(key):
     import copy
 
@@ -330,3 +346,26 @@ def test_tied_embeddings_say_which_reader_drops_a_table():
     assert message.endswith("(Clef's lm_head is untied): transformers ties lm_head to embed_tokens and drops the "
                             "stored lm_head")
     assert fix == 'set "tie_word_embeddings": false in config.json'
+
+
+@pytest.mark.parametrize("section, entry", [([1.0, 1, 0], "1.0 is not an integer"), ([1, True, 0], "true is not an integer"),
+                                            ([3, -1, 0], "-1 is negative")])
+def test_mrope_section_entries_name_the_entry_and_the_form_in_the_fix(section, entry):
+    raw = _tiny()
+    raw["text_config"]["rope_parameters"]["mrope_section"] = section
+    key = "text_config.rope_parameters.mrope_section"
+    message, fix = _problems(raw)[key]
+    assert message.startswith(f"{key} is {json.dumps(section)}: its entry {entry}: vLLM's M-RoPE takes integer "
+                              "counts >= 0")
+    assert fix == f"set {key} to the export's sections (integers >= 0 summing to 2; Qwen3.5's split of 32 is [11, 11, 10])"
+    raw["text_config"]["rope_parameters"]["mrope_section"] = [2, 0, 0]  # a 0 count is an empty split: accepted
+    assert key not in _problems(raw)
+
+
+def test_a_full_size_mrope_section_with_a_float_entry_gets_qwen_s_split():
+    from clef_format.fixtures.configs import full_config
+
+    raw = json.loads(json.dumps(full_config()))
+    raw["text_config"]["rope_parameters"]["mrope_section"] = [11, 11.0, 10]
+    key = "text_config.rope_parameters.mrope_section"
+    assert _problems(raw)[key][1] == f'set "{key}": [11, 11, 10] in config.json'
