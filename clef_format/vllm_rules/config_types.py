@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
@@ -144,6 +145,10 @@ def describe(types: Types) -> str:
     return " or ".join(_WORDS[t] for t in types)
 
 
+#: The largest integer a Python float holds (float(x) raises OverflowError beyond it).
+_FLOAT_MAX_INT = int(sys.float_info.max)
+
+
 def repaired(types: Types, value: Any) -> tuple[bool, Any]:
     """(True, the same value written as the declared type) when there is exactly one such value:
     ``"1e-6"`` -> ``1e-06``, ``"true"`` / ``1`` -> ``true`` for a bool, ``4.0`` -> ``4``, ``1`` -> ``1.0``."""
@@ -156,7 +161,8 @@ def repaired(types: Types, value: Any) -> tuple[bool, Any]:
     if isinstance(value, int) and not isinstance(value, bool):
         if value in (0, 1):
             candidates.append(bool(value))
-        candidates.append(float(value))
+        if abs(value) <= _FLOAT_MAX_INT:  # a JSON integer has no range; beyond a float's no float equals it
+            candidates.append(float(value))
     elif isinstance(value, float) and value.is_integer():
         candidates.append(int(value))
     for c in candidates:

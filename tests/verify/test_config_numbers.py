@@ -6,6 +6,7 @@ it accepts in the working range a finite, non-degenerate one."""
 from __future__ import annotations
 
 import copy
+import json
 import math
 
 import pytest
@@ -214,3 +215,30 @@ def test_an_integer_beyond_float_range_is_a_finding_or_accepted_never_a_crash() 
     assert "text_config.max_position_embeddings" not in _problem_keys({"max_position_embeddings": 10**400})
     assert "text_config.max_position_embeddings" in _problem_keys({"max_position_embeddings": -10**400})
     assert _theta_refused(10**400)
+
+
+@pytest.mark.parametrize("key", ["rms_norm_eps", "rope_theta", "max_position_embeddings", "rope_parameters"])
+def test_verify_of_a_json_integer_beyond_float_range_is_a_report_never_a_traceback(tmp_path, key: str) -> None:
+    """The whole command, where the type rule also sees the value (it converted it to float and raised
+    OverflowError: a traceback instead of a report)."""
+    import subprocess
+    import sys
+
+    from clef_format.fixtures.builders import build_checkpoint
+
+    root = build_checkpoint(tmp_path / "ck", layout="layout-2", build="bf16")
+    path = root / "config.json"
+    config = json.loads(path.read_text())
+    text = config.get("text_config", config)
+    if key == "rope_parameters":
+        text.setdefault("rope_parameters", {})["rope_theta"] = 10**400
+    else:
+        text[key] = 10**400
+    path.write_text(json.dumps(config))
+    proc = subprocess.run([sys.executable, "-m", "clef_format", "verify", str(root), "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert proc.returncode == (0 if report["ok"] else 1)
+    if key != "max_position_embeddings":
+        assert not report["ok"]
