@@ -30,7 +30,9 @@ def pytest_runtest_protocol(item, nextitem):  # noqa: ARG001
     reached = sorted(state()._stats)
     state()._stats.clear()
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    path = os.path.join(os.environ["CLEF_MUTMUT_SUBSTATS"], f"worker-{worker}.jsonl")
+    folder = os.environ["CLEF_MUTMUT_SUBSTATS"]
+    os.makedirs(folder, exist_ok=True)  # absent, every test's write failed and xdist lost its workers
+    path = os.path.join(folder, f"worker-{worker}.jsonl")
     with open(path, "a") as fh:
         fh.write(json.dumps({"test": item.nodeid, "names": reached, "duration": _durations[item.nodeid],
                              "failed": item.nodeid in _failed}) + "\n")
