@@ -68,14 +68,33 @@ def plugin_head_shapes(head: PluginHead, config: Mapping[str, Any]) -> dict[str,
         return {k: tuple(getattr(v, "shape", v)) for k, v in given.items()}
     module: Any = head
     if isinstance(head, type) or not hasattr(head, "state_dict"):
+        if not callable(head):
+            from clef_format.errors import UsageError
+
+            raise UsageError(f"head {head!r} ({type(head).__name__}) is not a head",
+                             fix="pass the plugin's JointSchemaHead class, a module built from it, or its state_dict")
         refusal = _constructor_refusal(head, config)
         if refusal is not None:
             raise refusal
-        import torch
-
-        with torch.device("meta"):
-            module = head(**config)
+        module = _built(head, config)
     return {k: tuple(v.shape) for k, v in module.state_dict().items()}
+
+
+def _built(head: Callable[..., Any], config: Mapping[str, Any]) -> Any:
+    """``head(**config)`` on torch's meta device (no memory); a constructor that needs real data (``.item()``
+    in ``__init__``) is built on the CPU instead; one that raises on both is refused with what it raised."""
+    import torch
+
+    try:
+        with torch.device("meta"):
+            return head(**config)
+    except Exception:  # noqa: BLE001 - the plugin's own code: whatever it raises is judged on the CPU
+        pass
+    try:
+        return head(**config)
+    except Exception as exc:  # noqa: BLE001 - a refusal with its code, never a traceback at start
+        raise IncompatibleError("head-config-invalid", f"{HEAD_CONFIG}: the plugin's JointSchemaHead(**config) "
+                                f"raises {type(exc).__name__}: {exc}", _FIX) from None
 
 
 def check_plugin_head(source: CheckpointSource, plugin_version: str, head: PluginHead,

@@ -131,3 +131,40 @@ def test_check_plugin_head_hands_over_a_missing_head_file(fresh: Any) -> None:
     assert check_plugin_head(root, NEW, {"w": (1,)}, seen.append).layout == "layout-2"
     assert [e.code for e in seen] == ["missing-file", "missing-file"]
     assert (seen[1].reason, seen[1].fix) == (f"{L.HEAD_WEIGHTS} is missing", FIX)
+
+
+def test_a_plugin_head_that_needs_real_data_to_build_is_built_on_the_cpu(fresh: Any, tmp_path: Path) -> None:
+    """``.item()`` in ``__init__`` cannot run on torch's meta device; the class builds on the CPU and
+    matches the file: served, not a raw RuntimeError at start."""
+    root = fresh("layout-2", "bf16", head_reference="inferred")
+    code = (HEAD_REFERENCES / "inferred.py").read_text()
+    source = tmp_path / "item.py"
+    source.write_text(code + "\n\nclass WithItem(JointSchemaHead):\n    def __init__(self, **kw):\n"
+                      "        super().__init__(**kw)\n        self.start = float(self.prior_logit_scale.item())\n")
+    spec = importlib.util.spec_from_file_location("plugin_item", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert check_plugin_head(root, NEW, module.WithItem).layout == "layout-2"
+
+
+def test_a_plugin_head_whose_constructor_raises_is_a_coded_refusal(fresh: Any, tmp_path: Path) -> None:
+    root = fresh("layout-2", "bf16", head_reference="inferred")
+    code = (HEAD_REFERENCES / "inferred.py").read_text()
+    source = tmp_path / "raises.py"
+    source.write_text(code.replace("        super().__init__()\n",
+                                   "        super().__init__()\n        torch.nn.Dropout(1.5)\n", 1))
+    with pytest.raises(IncompatibleError) as exc:
+        check_plugin_head(root, NEW, _class_from(source, "plugin_raises"))
+    assert exc.value.code == "head-config-invalid" and exc.value.fix == FIX
+    assert "raises ValueError: dropout probability has to be between 0 and 1" in exc.value.reason
+
+
+@pytest.mark.parametrize("head", [None, 3, "JointSchemaHead"])
+def test_something_that_is_no_head_is_a_usage_error(fresh: Any, head: Any) -> None:
+    from clef_format.errors import UsageError
+
+    root = fresh("layout-2", "bf16", head_reference="inferred")
+    with pytest.raises(UsageError) as exc:
+        check_plugin_head(root, NEW, head)
+    assert "is not a head" in str(exc.value) and "JointSchemaHead class" in exc.value.fix
