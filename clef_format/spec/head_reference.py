@@ -147,6 +147,16 @@ def _count(v: Any) -> int:
     return v
 
 
+def _module_name(key: Any, where: str) -> str:
+    """A child's name as ``add_module`` takes it: a string without a dot, not empty (torch raises
+    TypeError / KeyError otherwise)."""
+    if not isinstance(key, str):
+        raise _Fails(f"{where}: module name should be a string, got {type(key).__name__}")
+    if "." in key or not key:
+        raise _Fails(f"{where}: module name can't contain \".\" or be empty, got {key!r}")
+    return key
+
+
 def _linear(a: dict[str, Any]) -> dict[str, Any]:
     i, o = _dim(a["in_features"]), _dim(a["out_features"])
     out: dict[str, Any] = {"weight": _Param((o, i))}
@@ -172,8 +182,19 @@ def _rms_norm(a: dict[str, Any]) -> dict[str, Any]:
     return {"weight": _Param(_norm_shape(a["normalized_shape"]))} if a["elementwise_affine"] else {}
 
 
+def _probability(p: Any, who: str) -> None:
+    """torch's own check of a dropout probability (``nn.Dropout``, the transformer layers, the RNNs): a
+    number in [0, 1], else ValueError (a string cannot be compared: TypeError). A value the reader
+    lost is not decided."""
+    if isinstance(p, str) or (isinstance(p, (int, float)) and not 0 <= p <= 1):
+        raise _Fails(f"{who}: dropout probability has to be between 0 and 1, but got {p!r}")
+
+
 def _embedding(a: dict[str, Any]) -> dict[str, Any]:
-    return {"weight": _Param((_dim(a["num_embeddings"]), _dim(a["embedding_dim"])))}
+    n, pad = _dim(a["num_embeddings"]), a["padding_idx"]
+    if isinstance(pad, int) and not isinstance(pad, bool) and not -n <= pad < n:
+        raise _Fails(f"Embedding({n}, ...): padding_idx {pad} must be within num_embeddings (torch asserts it)")
+    return {"weight": _Param((n, _dim(a["embedding_dim"])))}
 
 
 def _mha(a: dict[str, Any]) -> dict[str, Any]:
@@ -200,6 +221,9 @@ def _mha(a: dict[str, Any]) -> dict[str, Any]:
 def _transformer_layer(cross: bool) -> Callable[[dict[str, Any]], dict[str, Any]]:
     def build(a: dict[str, Any]) -> dict[str, Any]:
         d, ff, bias = _dim(a["d_model"]), _dim(a["dim_feedforward"]), a["bias"]
+        _probability(a["dropout"], "TransformerLayer")
+        if isinstance(a["activation"], str) and a["activation"] not in ("relu", "gelu"):
+            raise _Fails(f"activation should be relu/gelu, not {a['activation']}")
         attn = {"embed_dim": d, "num_heads": a["nhead"], "bias": bias, "kdim": None, "vdim": None, "add_bias_kv": False}
 
         def sub(kind: str, children: dict[str, Any]) -> _Module:
@@ -253,7 +277,8 @@ def _transformer(a: dict[str, Any]) -> dict[str, Any]:
     if a["custom_encoder"] is not None or a["custom_decoder"] is not None:
         raise _Unknown("Transformer custom_encoder / custom_decoder")
     d = _dim(a["d_model"])
-    layer_args = {"d_model": d, "nhead": a["nhead"], "dim_feedforward": a["dim_feedforward"], "bias": a["bias"]}
+    layer_args = {"d_model": d, "nhead": a["nhead"], "dim_feedforward": a["dim_feedforward"], "bias": a["bias"],
+                  "dropout": a["dropout"], "activation": a["activation"]}
     norm = {"normalized_shape": d, "elementwise_affine": True, "bias": a["bias"]}
     out: dict[str, Any] = {}
     for part, cross, count in (("encoder", False, a["num_encoder_layers"]), ("decoder", True, a["num_decoder_layers"])):
@@ -300,6 +325,9 @@ def _rnn(gates: int) -> Callable[[dict[str, Any]], dict[str, Any]]:
     and for an LSTM with proj_size, weight_hr; torch's own ValueErrors on sizes."""
     def build(a: dict[str, Any]) -> dict[str, Any]:
         i, h, n, proj = _dim(a["input_size"]), a["hidden_size"], a["num_layers"], a["proj_size"]
+        if isinstance(a["dropout"], bool):
+            raise _Fails("RNN: dropout should be a number in range [0, 1], not a bool")
+        _probability(a["dropout"], "RNN")
         for what, v in (("hidden_size", h), ("num_layers", n), ("proj_size", proj)):
             if not isinstance(v, int) or isinstance(v, bool):
                 raise _Unknown(what)
@@ -848,6 +876,7 @@ class _Reader:
                 key = args[0]
                 if not isinstance(key, str):
                     raise _Unknown("module name")
+                _module_name(key, f".{name}()")
                 value = args[1] if len(args) > 1 else kwargs.get("module", kwargs.get("param", kwargs.get("tensor")))
                 persistent = kwargs.get("persistent", args[2] if len(args) > 2 else True)
                 if name == "register_buffer":
@@ -858,6 +887,12 @@ class _Reader:
                 target.children[key] = self._as_child(value)
                 return None
         raise _Unknown(f".{name}()")
+
+    def _module_item(self, v: Any, container: str) -> Any:
+        """An item a ModuleList / Sequential / ModuleDict registers: a plain value is torch's TypeError."""
+        if isinstance(v, (int, float, str, bytes, tuple, list, dict)):
+            raise _Fails(f"{container}: {type(v).__name__} is not a Module subclass")
+        return self._as_child(v)
 
     def _as_child(self, v: Any) -> Any:
         if isinstance(v, (_Module, _Param)) or v is _UNKNOWN:
@@ -966,6 +1001,8 @@ class _Reader:
             if not isinstance(value, _TensorVal):
                 raise _Unknown("Parameter data")
             return _Param(value.shape)  # type: ignore[return-value]
+        if name in ("Dropout", "Dropout1d", "Dropout2d"):
+            _probability(args[0] if args else kwargs.get("p", 0.5), name)
         if name in _NO_PARAMS:
             return m
         if name in ("ModuleList", "Sequential", "ModuleDict"):
@@ -974,14 +1011,14 @@ class _Reader:
                 if not isinstance(items, dict):
                     raise _Unknown("ModuleDict")
                 for k, v in items.items():
-                    m.children[str(k)] = self._as_child(v)
+                    m.children[_module_name(k, name)] = self._module_item(v, name)
                 return m
             if name == "Sequential" and len(args) == 1 and isinstance(args[0], dict):
                 for k, v in args[0].items():  # Sequential(OrderedDict(...)): named children
-                    m.children[str(k)] = self._as_child(v)
+                    m.children[_module_name(k, name)] = self._module_item(v, name)
                 return m
             for i, it in enumerate(self._iter(items)):
-                m.children[str(i)] = self._as_child(it)
+                m.children[str(i)] = self._module_item(it, name)
             return m
         if name not in TORCH_PARAMS:
             raise _Unknown(f"torch.nn.{name}")

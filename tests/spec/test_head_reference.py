@@ -194,6 +194,31 @@ def test_a_size_torch_cannot_allocate_fails_as_torch_does(layer: str) -> None:
         eval(layer, {"nn": torch.nn, "torch": torch, "width": 8})
 
 
+@pytest.mark.parametrize("layer", [
+    "nn.Dropout(1.5)", "nn.Dropout(p='0.1')", "nn.TransformerEncoderLayer(width, 2, 16, dropout=1.5)",
+    "nn.TransformerDecoderLayer(width, 2, 16, activation='swish')", "nn.Transformer(width, 2, 1, 1, 16, dropout=-0.1)",
+    "nn.Embedding(5, width, padding_idx=5)", "nn.Embedding(5, width, padding_idx=-6)",
+    "nn.ModuleList([nn.Linear(width, 2), 3])", "nn.Sequential(nn.Linear(width, 2), 'x')",
+    "nn.ModuleDict({1: nn.Linear(width, 2)})", "nn.ModuleDict({'a.b': nn.Linear(width, 2)})",
+    "nn.GRU(width, 4, dropout=True)", "nn.LSTM(width, 4, dropout=2.0)",
+])
+def test_a_construction_torch_refuses_fails_as_torch_does(layer: str) -> None:
+    """torch's own checks in the constructors (a dropout probability, an activation name, padding_idx,
+    what a container registers): the head cannot be built, a fact, never an OK."""
+    code = (HEAD + f"        self.a = {layer}\n").encode()
+    ref = read_reference(code, {"width": 8})
+    assert ref.fails_kind == "fails", ref
+    with pytest.raises(Exception):  # noqa: B017 - torch raises ValueError, TypeError, KeyError or AssertionError
+        eval(layer, {"nn": torch.nn, "torch": torch, "width": 8})
+
+
+def test_add_module_with_a_dotted_name_fails_as_torch_does() -> None:
+    code = (HEAD + "        self.add_module('a.b', nn.Linear(width, 2))\n").encode()
+    assert read_reference(code, {"width": 8}).fails_kind == "fails"
+    with pytest.raises(KeyError):
+        torch.nn.Module().add_module("a.b", torch.nn.Linear(8, 2))
+
+
 def test_a_float_head_count_is_not_decided_as_torch_builds_it() -> None:
     """torch's attention takes a float head count that divides the width; the reader does not guess."""
     code = (HEAD + "        self.a = nn.MultiheadAttention(width, 2.0)\n").encode()
@@ -351,6 +376,9 @@ def test_an_untampered_file_with_its_own_norm_class_is_read(tmp_path: Path) -> N
     # `or` / `and` give an operand, not a bool (Python's own short-circuit)
     "self.a = nn.Linear(width, width * (0 or 2))\n        self.b = nn.Linear(None or width, width and 16)\n",
     "self.a = nn.Linear(width, 0 and width or 3)\n        self.b = nn.Linear(width or 1 / 0, 2)\n",
+    # what torch's constructors accept at their edges
+    "self.e = nn.Embedding(5, width, padding_idx=-5)\n        self.d = nn.Dropout(1)\n"
+    "        self.t = nn.TransformerEncoderLayer(width, 2, 16, dropout=0.0, activation='gelu')\n",
     # an in-place op returns its receiver: the module, the parameter
     "self.a = nn.Linear(width, width).requires_grad_(False)\n"
     "        self.p = nn.Parameter(torch.zeros(width)).requires_grad_(False)\n",

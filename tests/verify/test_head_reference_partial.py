@@ -41,10 +41,11 @@ BODIES = {
 }
 
 
-def _valid_head(fresh, body: str, tmp_path: Path) -> tuple[Path, dict[str, tuple[int, ...]]]:
-    """The checkpoint with this reference file and the head torch builds from it, written as BF16."""
+def _valid_head(fresh, body: str, tmp_path: Path, code: str | None = None) -> tuple[Path, dict[str, tuple[int, ...]]]:
+    """The checkpoint with this reference file (``HEAD + body``, or ``code``) and the head torch builds
+    from it, written as BF16."""
     root = fresh("layout-2", "bf16")
-    code = HEAD + body
+    code = code if code is not None else HEAD + body
     (root / L.HEAD_CODE).write_text(code)
     config = without_marker(json.loads((root / L.HEAD_CONFIG).read_text()))
     namespace: dict = {"__name__": "reference"}
@@ -105,3 +106,26 @@ def test_a_config_fix_is_offered_only_when_the_reference_proves_it(fresh, tmp_pa
     assert not any("128" in (f.get("fix") or "") for f in errors)
     (root / L.HEAD_CONFIG).write_text(json.dumps(config))
     assert [f for f in _findings(root) if f["severity"] == "error"] == []
+
+
+DROPOUT_HEAD = ("import torch\nimport torch.nn as nn\n\n\nclass JointSchemaHead(nn.Module):\n"
+                "    def __init__(self, hidden_size, width, routing_layers, layers, heads, feedforward, dropout=0.1):\n"
+                "        super().__init__()\n"
+                "        self.layers = nn.ModuleList([nn.TransformerEncoderLayer(width, heads, feedforward, dropout, "
+                "batch_first=True) for _ in range(layers)])\n")
+
+
+@pytest.mark.parametrize("dropout, ok", [(0.2, True), (1.5, False), ("0.1", False)])
+def test_a_config_key_the_reference_takes_is_judged_by_what_torch_does_with_it(fresh, tmp_path: Path,
+                                                                               dropout: object, ok: bool) -> None:
+    """The config sets a key the reference's own head takes (``dropout``); torch refuses 1.5 and "0.1"
+    (ValueError / TypeError in the layer's constructor): the head cannot be built, an error; 0.2 is OK."""
+    root, _ = _valid_head(fresh, "", tmp_path, code=DROPOUT_HEAD)
+    config = json.loads((root / L.HEAD_CONFIG).read_text())
+    (root / L.HEAD_CONFIG).write_text(json.dumps({**config, "dropout": dropout}))
+    errors = [f for f in _findings(root) if f["severity"] == "error"]
+    if ok:
+        assert errors == []
+    else:
+        assert [f["code"] for f in errors] == ["head-config-invalid"]
+        assert "dropout probability has to be between 0 and 1" in errors[0]["message"]
