@@ -243,8 +243,15 @@ def _number_problems(text: Mapping[str, Any], prefix: str) -> list[ConfigProblem
     out: list[ConfigProblem] = []
     for sub, low, inclusive, arithmetic, why in NUMBERS:
         present, value = _lookup(text, sub)
+        if present and "." in sub and not isinstance(value, (int, float)):
+            # nested (rope_parameters.*): no config class types it and transformers keeps it as written,
+            # so vLLM's arithmetic meets it (base ** arange: TypeError for a string or null)
+            key = f"{prefix}{sub}"
+            out.append(ConfigProblem(key, f"{key} is {json.dumps(value)} (not a number): {why}",
+                                     f"set {key} to the value of the original export (a number)"))
+            continue
         if not present or not isinstance(value, (int, float)) or isinstance(value, bool):
-            continue  # absent: transformers' default; another JSON type: the type rule reports it
+            continue  # absent: transformers' default; another JSON type at the top level: the type rule reports it
         what = _out_of_range(value, low, inclusive, arithmetic)
         if what is None:
             continue

@@ -242,3 +242,13 @@ def test_verify_of_a_json_integer_beyond_float_range_is_a_report_never_a_traceba
     assert proc.returncode == (0 if report["ok"] else 1)
     if key != "max_position_embeddings":
         assert not report["ok"]
+
+
+@pytest.mark.parametrize("theta", ["10000", None, [10000], {"v": 1}])
+def test_a_nested_rope_theta_that_is_not_a_number_is_refused(theta: object) -> None:
+    """rope_parameters is a plain dict to transformers (its values kept as written), and vLLM computes
+    ``base ** arange(...)`` with it: a string or null raises TypeError at start (checked here with torch)."""
+    assert _theta_refused(theta)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        1.0 / (theta ** (torch.arange(0, 8, 2, dtype=torch.float) / 8))  # type: ignore[operator]
+
