@@ -676,6 +676,8 @@ class _Reader:
                 r = a / b
             elif isinstance(op, ast.Pow) and isinstance(b, int) and 0 <= b <= 64 and abs(a) <= 2**16:
                 r = a ** b
+            elif isinstance(op, ast.Pow) and isinstance(b, float) and a >= 0 and abs(a) <= 2**16 and -64 <= b <= 64:
+                r = a ** b  # a float exponent gives a float, as Python does (4 ** 0.5 == 2.0)
             else:
                 raise _Unknown("operator")
         except (ZeroDivisionError, OverflowError):
@@ -930,6 +932,10 @@ class _Reader:
         if path in ("builtins.round", "builtins.abs") and not kwargs and len(args) == 1 \
                 and isinstance(args[0], (int, float)) and abs(args[0]) < 1e15:
             return round(args[0]) if path == "builtins.round" else abs(args[0])
+        if path == "builtins.round" and not kwargs and len(args) == 2 and isinstance(args[0], (int, float)) \
+                and abs(args[0]) < 1e15 and isinstance(args[1], int) and not isinstance(args[1], bool) \
+                and abs(args[1]) <= 20:
+            return round(args[0], args[1])  # with ndigits a float stays a float (round(16.0, 0) == 16.0)
         if path in ("builtins.dict", "builtins.OrderedDict", "collections.OrderedDict"):
             if len(args) > 1:
                 raise _Unknown("dict()")

@@ -183,7 +183,8 @@ def test_an_attention_whose_heads_do_not_divide_the_width_fails_as_torch_does() 
 @pytest.mark.parametrize("layer", ["nn.Linear(width, width / 2)", "nn.Linear(width / 2, width)", "nn.Linear(width, -1)",
                                    "nn.LayerNorm(width / 1)", "nn.Embedding(-3, width)",
                                    "nn.TransformerEncoderLayer(width, 2, width * 1.5)",
-                                   "nn.Parameter(torch.zeros(width / 4))"])
+                                   "nn.Parameter(torch.zeros(width / 4))", "nn.Linear(width, round(width / 2, 0))",
+                                   "nn.Linear(width, 4 ** 0.5)"])
 def test_a_size_torch_cannot_allocate_fails_as_torch_does(layer: str) -> None:
     """A float or negative size is torch's own TypeError / RuntimeError (``torch.empty``): the head fails
     to build at this config, a fact, not an unknown subtree that verifies OK."""
