@@ -4,6 +4,7 @@ In setuptools' own order (pip's builds agree): ``pyproject.toml`` (``[project] v
 ``dynamic = ["version"]`` with ``[tool.setuptools.dynamic] version = {attr = ...}`` / ``{file = ...}``),
 a literal ``version=`` keyword of the one module-level ``setup(...)`` call in ``setup.py`` (or a
 module-level string constant it names), ``setup.cfg`` (``[metadata] version``, ``attr:`` / ``file:``;
+a ``file`` source is read only when it names one file holding exactly one version, ``_file_version``;
 ``attr:`` modules are found through ``package_dir`` as setuptools finds them). A module constant (the
 one ``setup(version=NAME)`` passes, the one ``attr:`` names) is read by one rule,
 ``plugin_files.bound_string``: followed in order up to where it is used, plain string literals only.
@@ -151,12 +152,30 @@ def _attr_version(ck: Checkpoint, attr: str, via: str) -> tuple[str, str]:
     return value, f"{rel} ({name}, via {via})"
 
 
-def _file_version(ck: Checkpoint, files: Any, via: str) -> tuple[str, str]:
-    first = files[0] if isinstance(files, list) and files else files
-    rel = plugin_file(ck, first, via, "version file")  # setuptools refuses a file outside, too
-    value = text(ck, rel).strip()
-    if len(value) > 64 or "\n" in value:
-        raise Unread(rel, f"{rel} (named by {via}) holds no version: {len(value)} characters over several lines")
+def _file_version(ck: Checkpoint, files: list[Any] | Any, via: str) -> tuple[str, str]:
+    r"""THE rule for a setuptools ``file`` version source (``{file = ...}``, ``file:``): read only where what
+    setuptools builds is certain. setuptools (``config.expand.read_files``) joins the files' contents with
+    ``"\n"`` (skipping any that are missing) and hands the result to ``packaging.version.Version``: several
+    files make a string whose reading is packaging's (``0.2.0`` + ``rc1`` builds 0.2.0rc1 from pyproject.toml,
+    setup.cfg's build fails), never reconstructed here, so more than one file is ``Unread``. One file is read
+    as ``open(encoding="utf-8")`` reads it (universal newlines) and must be exactly one version: no
+    whitespace at all but one final newline; else ``Unread`` (``"\n  0.2.0  \n\n"`` fails the build from
+    pyproject.toml, setup.cfg's builds 0.2.0: what packaging and each path make of it is not reconstructed)."""
+    names = files if isinstance(files, list) else [files]
+    if not names:
+        raise Unread(via.split(" ")[0], f"{via} names no version file")
+    if len(names) > 1:
+        shown = ", ".join(repr(n) for n in names[:4]) + (", ..." if len(names) > 4 else "")
+        raise Unread(via.split(" ")[0], f"{via} names {len(names)} version files ({shown}): setuptools joins their "
+                                        "contents with a newline, and what version that makes (or whether the build "
+                                        "fails) is decided by the build, not read here")
+    rel = plugin_file(ck, names[0], via, "version file")  # setuptools refuses a file outside, too
+    content = text(ck, rel).replace("\r\n", "\n").replace("\r", "\n")  # what text-mode open() reads
+    value = content[:-1] if content.endswith("\n") else content
+    if not value or len(value) > 64 or any(c.isspace() for c in value):
+        raise Unread(rel, f"{rel} (named by {via}) is not exactly one version on one line (no surrounding "
+                          f"whitespace or blank lines, at most one final newline): {content[:80]!r}; what "
+                          "setuptools makes of it is decided by the build, not read here")
     return value, f"{rel} (via {via})"
 
 

@@ -13,6 +13,10 @@ at the version pip gives, never a version taken from another file (the hostile p
   reads the first literal without running it, an import the last: not read unless they agree);
 * the rule's other bindings (a tuple target, ``if``/``try``/``for``, an import, ``global``, ``del``,
   ``exec``, ``globals()``, ``:=``, ``import *``, a name bound only after the call);
+* a setuptools ``file`` source (pyproject.toml ``{file = ...}``, setup.cfg ``file:``): several files
+  (setuptools joins them, ``0.2.0`` + ``rc1`` builds 0.2.0rc1) or a file that is not exactly one version
+  (blank lines, surrounding whitespace: ``"\\n  0.2.0  \\n\\n"`` fails pyproject.toml's build, setup.cfg's
+  builds 0.2.0) are unread, never the first file's version;
 * controls: a simple constant (or ``attr:`` literal) read as before, both a version that serves and
   one that does not.
 
@@ -39,6 +43,9 @@ _ATTR = (_BUILD + '[project]\nname = "clef-vllm"\ndynamic = ["version"]\n[tool.s
 _SETUP = "from setuptools import setup\n"
 _CALL = "setup(name='clef-vllm', version=VERSION, packages=['clef_vllm'])\n"
 _READ_FILE = "setup(name='clef-vllm', version=open('VERSION').read().strip(), packages=['clef_vllm'])\n"
+_DYN_FILE = (_BUILD + '[project]\nname = "clef-vllm"\ndynamic = ["version"]\n[tool.setuptools]\npackages = ["clef_vllm"]\n'
+             '[tool.setuptools.dynamic]\nversion = {file = %s}\n')
+_CFG_FILE = "[metadata]\nname = clef-vllm\nversion = file: %s\n[options]\npackages = clef_vllm\n"
 
 #: case -> (files of vllm_plugin/, version setuptools builds, version read (None: unread), file:line named)
 CASES: dict[str, tuple[dict[str, str], str | None, str | None, str | None]] = {
@@ -88,6 +95,47 @@ CASES: dict[str, tuple[dict[str, str], str | None, str | None, str | None]] = {
                      "clef_vllm/v.py": "VERSION = '0.1.0'\n"}, "0.1.0", None, "setup.py line 3"),
     "del": ({"setup.py": _SETUP + "VERSION = '0.2.1'\ndel VERSION\n" + _CALL}, None, None, "setup.py line 3"),
     "bound-only-after-setup": ({"setup.py": _SETUP + _CALL + "VERSION = '0.2.1'\n"}, None, None, "setup.py"),
+    # a setuptools file source (pyproject.toml {file = ...}, setup.cfg file:): one file holding exactly one
+    # version is read; several files (setuptools joins them with a newline, packaging reads the result: a
+    # suffix file makes rc1/.dev0/.post1 from pyproject.toml, setup.cfg's build fails) or a file with blank
+    # lines or surrounding whitespace are unread, never the first file's version
+    "file-list-rc": ({"pyproject.toml": _DYN_FILE % '["VERSION", "SUFFIX"]', "VERSION": "0.2.0", "SUFFIX": "rc1"},
+                     "0.2.0rc1", None, "pyproject.toml"),
+    "file-list-dev": ({"pyproject.toml": _DYN_FILE % '["VERSION", "SUFFIX"]', "VERSION": "0.2.0", "SUFFIX": "dev"},
+                      "0.2.0.dev0", None, "pyproject.toml"),
+    "file-list-post": ({"pyproject.toml": _DYN_FILE % '["VERSION", "SUFFIX"]', "VERSION": "0.2.0", "SUFFIX": "1"},
+                       "0.2.0.post1", None, "pyproject.toml"),
+    "file-list-second-missing": ({"pyproject.toml": _DYN_FILE % '["VERSION", "SUFFIX"]', "VERSION": "0.2.0"},
+                                 "0.2.0", None, "pyproject.toml"),
+    "file-whitespace": ({"pyproject.toml": _DYN_FILE % '"VERSION"', "VERSION": "\n  0.2.0  \n\n"},
+                        None, None, "VERSION"),
+    "file-blank-line-after": ({"pyproject.toml": _DYN_FILE % '"VERSION"', "VERSION": "0.2.0\n\n"},
+                              "0.2.0", None, "VERSION"),
+    "file-blank-line-before": ({"pyproject.toml": _DYN_FILE % '"VERSION"', "VERSION": "\n0.2.0"},
+                               "0.2.0", None, "VERSION"),
+    "file-two-lines": ({"pyproject.toml": _DYN_FILE % '"VERSION"', "VERSION": "0.2.0\nrc1\n"},
+                       None, None, "VERSION"),
+    "cfg-file-list-rc": ({"setup.cfg": _CFG_FILE % "VERSION, SUFFIX", "VERSION": "0.2.0", "SUFFIX": "rc1"},
+                         None, None, "setup.cfg"),
+    "cfg-file-list-dev": ({"setup.cfg": _CFG_FILE % "VERSION, SUFFIX", "VERSION": "0.2.0", "SUFFIX": "dev"},
+                          None, None, "setup.cfg"),
+    "cfg-file-list-post": ({"setup.cfg": _CFG_FILE % "VERSION, SUFFIX", "VERSION": "0.2.0", "SUFFIX": "1"},
+                           None, None, "setup.cfg"),
+    "cfg-file-trailing-comma": ({"setup.cfg": _CFG_FILE % "VERSION,", "VERSION": "0.2.0\n"},
+                                "0.2.0", None, "setup.cfg"),
+    "cfg-file-whitespace": ({"setup.cfg": _CFG_FILE % "VERSION", "VERSION": "\n  0.2.0  \n\n"},
+                            "0.2.0", None, "VERSION"),  # setup.cfg builds what pyproject.toml's build refuses
+    "cfg-file-two-lines": ({"setup.cfg": _CFG_FILE % "VERSION", "VERSION": "0.2.0\nrc1\n"},
+                           None, None, "VERSION"),
+    # controls: one file, one version (a final newline, CRLF as text-mode open() reads it, a one-item list)
+    "control-file": ({"pyproject.toml": _DYN_FILE % '"VERSION"', "VERSION": "0.2.1\n"}, "0.2.1", "0.2.1", None),
+    "control-file-no-newline": ({"pyproject.toml": _DYN_FILE % '["VERSION"]', "VERSION": "0.2.1"},
+                                "0.2.1", "0.2.1", None),
+    "control-file-crlf": ({"pyproject.toml": _DYN_FILE % '"VERSION"', "VERSION": "0.2.1\r\n"}, "0.2.1", "0.2.1", None),
+    "control-file-too-old": ({"pyproject.toml": _DYN_FILE % '"VERSION"', "VERSION": "0.1.4\n"},
+                             "0.1.4", "0.1.4", None),
+    "control-cfg-file": ({"setup.cfg": _CFG_FILE % "VERSION", "VERSION": "0.2.1\n"}, "0.2.1", "0.2.1", None),
+    "control-cfg-file-too-old": ({"setup.cfg": _CFG_FILE % "VERSION", "VERSION": "0.1.4"}, "0.1.4", "0.1.4", None),
     # controls: a simple constant is read as before (a local of a function, an annotation, other names: no binding)
     "control-constant": ({"setup.py": _SETUP + "import os\nVERSION: str = '0.2.1'\nNAME = 'clef-vllm'\n"
                           "def helper():\n    VERSION = 'x'\n    return VERSION\n" + _CALL}, "0.2.1", "0.2.1", None),
