@@ -497,6 +497,23 @@ MUTANTS = [
            "                return self.eval(func.value, env, mod)\n            except _Unknown:\n                return _UNKNOWN",
            "                return None\n            except _Unknown:\n                return _UNKNOWN",
            ("tests/spec/test_head_reference.py",)),
+    Mutant("bundled-constant-rebound-read-anyway", "clef_format/read/plugin_files.py",
+           "        if why is not None:\n            raise Unread(rel, f\"{rel} line {stmt.lineno} {why} before {use}",
+           "        if why is None:\n            raise Unread(rel, f\"{rel} line {stmt.lineno} {why} before {use}",
+           ("tests/verify/test_plugin_version_flow.py",)),
+    Mutant("bundled-version-files-first-only", "clef_format/read/plugin_setuptools.py",
+           "    if len(names) > 1:", "    if len(names) > 99:",
+           ("tests/verify/test_plugin_version_flow.py",)),
+    Mutant("nested-rope-theta-string-passes", "clef_format/vllm_rules/config_rules.py",
+           '        if present and "." in sub and not isinstance(value, (int, float)):',
+           '        if present and "." in sub and value is None and False:',
+           ("tests/verify/test_config_numbers.py",)),
+    Mutant("tables-framework-tag-an-error", "clef_format/spec/tables_format.py",
+           "metadata[key] != fixed and key not in FRAMEWORK_TAGS:", "metadata[key] != fixed:",
+           ("tests/scenarios/test_hostile.py",)),
+    Mutant("python-probe-keeps-the-head-of-its-output", "clef_format/read/installed_plugin.py",
+           "                    del buf[:-MAX_ANSWER_BYTES]", "                    del buf[MAX_ANSWER_BYTES:]",
+           ("tests/verify/test_plugins.py::test_a_python_whose_startup_prints_a_lot_is_still_read",)),
 ]
 
 
