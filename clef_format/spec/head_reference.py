@@ -186,12 +186,14 @@ def _probability(p: Any, who: str) -> None:
     """torch's own check of a dropout probability (``nn.Dropout``, the transformer layers, the RNNs): a
     number in [0, 1], else ValueError (a string cannot be compared: TypeError). A value the reader
     lost is not decided."""
-    if isinstance(p, str) or (isinstance(p, (int, float)) and not 0 <= p <= 1):
+    if p is None or isinstance(p, (str, list, tuple, dict)) or (isinstance(p, (int, float)) and not 0 <= p <= 1):
         raise _Fails(f"{who}: dropout probability has to be between 0 and 1, but got {p!r}")
 
 
 def _embedding(a: dict[str, Any]) -> dict[str, Any]:
     n, pad = _dim(a["num_embeddings"]), a["padding_idx"]
+    if isinstance(pad, (float, str, list, tuple, dict)):
+        raise _Fails(f"Embedding({n}, ...): padding_idx {pad!r} is not an index (torch raises on it)")
     if isinstance(pad, int) and not isinstance(pad, bool) and not -n <= pad < n:
         raise _Fails(f"Embedding({n}, ...): padding_idx {pad} must be within num_embeddings (torch asserts it)")
     return {"weight": _Param((n, _dim(a["embedding_dim"])))}
@@ -240,6 +242,8 @@ def _transformer_layer(cross: bool) -> Callable[[dict[str, Any]], dict[str, Any]
         for n in range(1, 4 if cross else 3):
             out[f"norm{n}"] = sub("LayerNorm", _layer_norm({"normalized_shape": d, "elementwise_affine": True,
                                                             "bias": bias}))
+        if isinstance(a["activation"], _Module):  # self.activation = activation: a module is a child
+            out["activation"] = _clone(a["activation"])
         return out
     return build
 
@@ -310,6 +314,8 @@ def _size(m: Any) -> int:
 def _stack(a: dict[str, Any]) -> dict[str, Any]:
     """``nn.TransformerEncoder/Decoder(layer, num_layers, norm)``: ``layers`` holds num_layers deep copies of
     the layer (the layer given is not itself a child), then ``norm`` when given."""
+    if isinstance(a["num_layers"], float):
+        raise _Fails(f"num_layers {a['num_layers']!r} is not an int (range() raises on it)")
     layer, n, norm = a["layer"], _count(a["num_layers"]), a["norm"]
     if not isinstance(layer, _Module) or not (norm is None or isinstance(norm, _Module)):
         raise _Unknown("TransformerEncoder/Decoder layer")
@@ -329,6 +335,8 @@ def _rnn(gates: int) -> Callable[[dict[str, Any]], dict[str, Any]]:
             raise _Fails("RNN: dropout should be a number in range [0, 1], not a bool")
         _probability(a["dropout"], "RNN")
         for what, v in (("hidden_size", h), ("num_layers", n), ("proj_size", proj)):
+            if isinstance(v, float):
+                raise _Fails(f"{what} should be of type int, got float ({v!r})")
             if not isinstance(v, int) or isinstance(v, bool):
                 raise _Unknown(what)
         if h <= 0 or n <= 0 or proj < 0:
@@ -876,9 +884,16 @@ class _Reader:
                 return None
             if name in ("add_module", "register_module", "register_parameter", "register_buffer") and args:
                 key = args[0]
+                if isinstance(key, (int, float, bytes, tuple, list, dict)) or key is None:
+                    _module_name(key, f".{name}()")  # torch's TypeError: a name is a string
                 if not isinstance(key, str):
                     raise _Unknown("module name")
                 _module_name(key, f".{name}()")
+                given = args[1] if len(args) > 1 else kwargs.get("module", kwargs.get("param"))
+                if name in ("add_module", "register_module") and given is not None:
+                    self._module_item(given, f".{name}()")
+                if name == "register_parameter" and isinstance(given, _TensorVal):
+                    raise _Fails(f".register_parameter({key!r}): a tensor is not a Parameter (torch raises TypeError)")
                 value = args[1] if len(args) > 1 else kwargs.get("module", kwargs.get("param", kwargs.get("tensor")))
                 persistent = kwargs.get("persistent", args[2] if len(args) > 2 else True)
                 if name == "register_buffer":
@@ -892,8 +907,8 @@ class _Reader:
 
     def _module_item(self, v: Any, container: str) -> Any:
         """An item a ModuleList / Sequential / ModuleDict registers: a plain value is torch's TypeError."""
-        if isinstance(v, (int, float, str, bytes, tuple, list, dict)):
-            raise _Fails(f"{container}: {type(v).__name__} is not a Module subclass")
+        if isinstance(v, (int, float, str, bytes, tuple, list, dict, _Param, _TensorVal)):
+            raise _Fails(f"{container}: {type(v).__name__.strip('_')} is not a Module subclass")
         return self._as_child(v)
 
     def _as_child(self, v: Any) -> Any:

@@ -243,6 +243,8 @@ def _number_problems(text: Mapping[str, Any], prefix: str) -> list[ConfigProblem
     out: list[ConfigProblem] = []
     for sub, low, inclusive, arithmetic, why in NUMBERS:
         present, value = _lookup(text, sub)
+        if sub == "rope_theta" and _lookup(text, "rope_parameters.rope_theta")[0]:
+            continue  # transformers drops the legacy key when rope_parameters has its own (vLLM never sees it)
         if present and "." in sub and not isinstance(value, (int, float)):
             # nested (rope_parameters.*): no config class types it and transformers keeps it as written,
             # so vLLM's arithmetic meets it (base ** arange: TypeError for a string or null)

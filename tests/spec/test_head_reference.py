@@ -202,6 +202,10 @@ def test_a_size_torch_cannot_allocate_fails_as_torch_does(layer: str) -> None:
     "nn.ModuleList([nn.Linear(width, 2), 3])", "nn.Sequential(nn.Linear(width, 2), 'x')",
     "nn.ModuleDict({1: nn.Linear(width, 2)})", "nn.ModuleDict({'a.b': nn.Linear(width, 2)})",
     "nn.GRU(width, 4, dropout=True)", "nn.LSTM(width, 4, dropout=2.0)",
+    "nn.Dropout(None)", "nn.Dropout([0.1])", "nn.TransformerEncoderLayer(width, 2, 16, dropout=None)",
+    "nn.Embedding(5, width, padding_idx=2.0)", "nn.ModuleList([nn.Parameter(torch.zeros(2))])",
+    "nn.LSTM(width, width / 2)", "nn.GRU(width, 4, 2.0)",
+    "nn.TransformerEncoder(nn.TransformerEncoderLayer(width, 2, 16), 2.0)",
 ])
 def test_a_construction_torch_refuses_fails_as_torch_does(layer: str) -> None:
     """torch's own checks in the constructors (a dropout probability, an activation name, padding_idx,
@@ -213,11 +217,13 @@ def test_a_construction_torch_refuses_fails_as_torch_does(layer: str) -> None:
         eval(layer, {"nn": torch.nn, "torch": torch, "width": 8})
 
 
-def test_add_module_with_a_dotted_name_fails_as_torch_does() -> None:
-    code = (HEAD + "        self.add_module('a.b', nn.Linear(width, 2))\n").encode()
+@pytest.mark.parametrize("call", ["add_module('a.b', nn.Linear(width, 2))", "add_module(7, nn.Linear(width, 2))",
+                                  "add_module('z', 5)", "register_parameter('pq', torch.zeros(2))"])
+def test_a_registration_torch_refuses_fails_as_torch_does(call: str) -> None:
+    code = (HEAD + f"        self.{call}\n").encode()
     assert read_reference(code, {"width": 8}).fails_kind == "fails"
-    with pytest.raises(KeyError):
-        torch.nn.Module().add_module("a.b", torch.nn.Linear(8, 2))
+    with pytest.raises((KeyError, TypeError)):
+        eval(f"m.{call}", {"m": torch.nn.Module(), "nn": torch.nn, "torch": torch, "width": 8})
 
 
 def test_a_float_head_count_is_not_decided_as_torch_builds_it() -> None:
@@ -380,6 +386,10 @@ def test_an_untampered_file_with_its_own_norm_class_is_read(tmp_path: Path) -> N
     # what torch's constructors accept at their edges
     "self.e = nn.Embedding(5, width, padding_idx=-5)\n        self.d = nn.Dropout(1)\n"
     "        self.t = nn.TransformerEncoderLayer(width, 2, 16, dropout=0.0, activation='gelu')\n",
+    # an activation that is a module is the layer's child "activation", its parameters in the state_dict
+    "self.e = nn.TransformerEncoderLayer(width, 2, 16, activation=nn.Linear(16, 16))\n"
+    "        self.d = nn.TransformerDecoder(nn.TransformerDecoderLayer(width, 2, 16, activation=nn.LayerNorm(16)), 2)\n"
+    "        self.t = nn.Transformer(width, 2, 1, 1, 16, activation=nn.Linear(16, 16))\n",
     # an in-place op returns its receiver: the module, the parameter
     "self.a = nn.Linear(width, width).requires_grad_(False)\n"
     "        self.p = nn.Parameter(torch.zeros(width)).requires_grad_(False)\n",

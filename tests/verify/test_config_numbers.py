@@ -252,3 +252,20 @@ def test_a_nested_rope_theta_that_is_not_a_number_is_refused(theta: object) -> N
     with pytest.raises(TypeError):
         1.0 / (theta ** (torch.arange(0, 8, 2, dtype=torch.float) / 8))  # type: ignore[operator]
 
+
+
+@pytest.mark.parametrize("legacy", [0, 1e39, "abc"])
+def test_a_legacy_rope_theta_beside_rope_parameters_own_is_not_judged(tmp_path, legacy: object) -> None:
+    """transformers (AutoConfig) keeps rope_parameters.rope_theta and drops the legacy key: what vLLM
+    serves with is 10000, so the legacy value is no error. Without rope_parameters' own, the legacy one is
+    what transformers uses, and 0 is refused."""
+    from transformers import AutoConfig
+
+    raw = copy.deepcopy(tiny_config())
+    raw["text_config"]["rope_theta"] = legacy
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    assert AutoConfig.from_pretrained(tmp_path).text_config.rope_parameters["rope_theta"] == 10000.0
+    assert "text_config.rope_theta" not in {p.key for p in config_problems(raw, parse_config(raw))}
+    raw["text_config"]["rope_parameters"].pop("rope_theta")
+    raw["text_config"]["rope_theta"] = 0
+    assert "text_config.rope_theta" in {p.key for p in config_problems(raw, parse_config(raw))}

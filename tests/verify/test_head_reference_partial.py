@@ -129,3 +129,7 @@ def test_a_config_key_the_reference_takes_is_judged_by_what_torch_does_with_it(f
     else:
         assert [f["code"] for f in errors] == ["head-config-invalid"]
         assert "dropout probability has to be between 0 and 1" in errors[0]["message"]
+        # the fix names the key, and followed (the key removed: the head's own default), it fixes
+        assert errors[0]["fix"].startswith(f'remove "dropout" from {L.HEAD_CONFIG}')
+        (root / L.HEAD_CONFIG).write_text(json.dumps(config))
+        assert [f for f in _findings(root) if f["severity"] == "error"] == []

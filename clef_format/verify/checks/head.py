@@ -15,6 +15,8 @@ c. the names this project infers (and, off the release config, the stack counts 
 
 from __future__ import annotations
 
+import json
+
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
     from clef_format.verify.vllm_build import VllmBuild
@@ -29,7 +31,7 @@ from clef_format.spec import layouts as L
 from clef_format.spec.findings import Finding, error, info, warning
 from clef_format.spec.head_reference import Reference, read_reference, under
 from clef_format.spec.joint_head import (
-    HEAD_DTYPE, RELEASE_CONFIG, RELEASE_FILE_BYTES, RELEASE_TENSORS, HeadConfig, HeadConfigError, HeadProblem,
+    CONFIG_KEYS, HEAD_DTYPE, RELEASE_CONFIG, RELEASE_FILE_BYTES, RELEASE_TENSORS, HeadConfig, HeadConfigError, HeadProblem,
     config_problems, dtype_problems, feedforward_of, inferred_problems, parse_head_config, stack_problems,
     torch_layer_problems,
 )
@@ -87,7 +89,8 @@ def check_head(ck: Checkpoint, opts: VerifyOptions = DEFAULTS, vllm: VllmBuild |
     config_findings = [] if not judged else list(_config_findings(cfg, judged, config_rel, known, feedforward_fix))
     yield from config_findings
     if ref is not None and ref.fails_kind == "fails" and not config_findings:
-        yield error("head-config-invalid", f"{config_rel}: {ref.fails}", file=config_rel, fix=_FIX)
+        yield error("head-config-invalid", f"{config_rel}: {ref.fails}", file=config_rel,
+                    fix=_failing_key_fix(ck, config_rel) or _FIX)
     facts, stack_notes = _fact_problems(cfg, tensors, rest, ck.files.get(weights), fully_known, scope)
     problems = exact + facts
     reported = {p.tensor for p in problems}
@@ -254,6 +257,18 @@ def _release_figures(tensors: _Tensors, file_size: int | None) -> list[HeadProbl
                                f"tensors); at the release config the release's head file is "
                                f"{RELEASE_FILE_BYTES:,} bytes"))
     return out
+
+
+def _failing_key_fix(ck: Checkpoint, config_rel: str) -> str | None:
+    """The fix when a key beyond the six the head needs (``dropout``) holds the value the head's constructor
+    refuses, proven by the reference itself: read again without that key (its own default), it builds."""
+    raw = without_marker(ck.head_config) if isinstance(ck.head_config, dict) else {}
+    for key in [k for k in raw if k not in CONFIG_KEYS]:
+        again = read_reference(ck.head_code or b"", {k: v for k, v in raw.items() if k != key})
+        if again.status == "ok" and not again.fails:
+            return (f"remove {json.dumps(key)} from {config_rel} (JointSchemaHead's own default then applies), or "
+                    f"set it to a value its constructor accepts; the value {json.dumps(raw[key])} makes it raise")
+    return None
 
 
 def _feedforward_fixes(ck: Checkpoint, cfg: HeadConfig, tensors: _Tensors) -> bool:
