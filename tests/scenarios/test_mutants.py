@@ -514,6 +514,12 @@ MUTANTS = [
     Mutant("python-probe-keeps-the-head-of-its-output", "clef_format/read/installed_plugin.py",
            "                    del buf[:-MAX_ANSWER_BYTES]", "                    del buf[MAX_ANSWER_BYTES:]",
            ("tests/verify/test_plugins.py::test_a_python_whose_startup_prints_a_lot_is_still_read",)),
+    Mutant("head-reader-activation-module-dropped", "clef_format/spec/head_reference.py",
+           '        if isinstance(a["activation"], _Module):', "        if False:",
+           ("tests/spec/test_head_reference.py",)),
+    Mutant("legacy-rope-theta-judged-beside-its-replacement", "clef_format/vllm_rules/config_rules.py",
+           '        if sub == "rope_theta" and _lookup(text, "rope_parameters.rope_theta")[0]:', "        if False:",
+           ("tests/verify/test_config_numbers.py",)),
 ]
 
 
