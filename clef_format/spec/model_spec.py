@@ -153,6 +153,23 @@ def _vision_config(d: Mapping[str, Any]) -> VisionConfig:
     )
 
 
+def quantization_config(config: dict) -> Any:
+    """The quantization config where vLLM finds it (``get_quant_config`` and ``ModelConfig``'s
+    normalization, 0.28 and 0.33): ``quantization_config``, else the text config's (vision models keep it
+    there), else ``compression_config`` (compressed-tensors' own key); its ``quant_method`` as vLLM
+    normalizes it (lower case, ``compressed_tensors`` -> ``compressed-tensors``)."""
+    quant = config.get("quantization_config")
+    text = config.get("text_config")
+    if quant is None and isinstance(text, dict):
+        quant = text.get("quantization_config")
+    if quant is None:
+        quant = config.get("compression_config")
+    if isinstance(quant, dict) and isinstance(quant.get("quant_method"), str):
+        method = quant["quant_method"].lower().replace("compressed_tensors", "compressed-tensors")
+        quant = {**quant, "quant_method": method}
+    return quant
+
+
 def parse_config(config: Any) -> ModelConfig:
     """Read the parts of config.json that shape the tensor tree; raise ``ConfigError`` if unusable."""
     if not isinstance(config, dict):
@@ -161,7 +178,7 @@ def parse_config(config: Any) -> ModelConfig:
     if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
         raise ConfigError("config.json: architectures must be a non-empty list of names")
     arch = archs[0]
-    quant = config.get("quantization_config")
+    quant = quantization_config(config)
     if quant is not None and not isinstance(quant, dict):
         raise ConfigError("config.json: quantization_config must be an object")
     if "text_config" in config:

@@ -246,8 +246,9 @@ def parse_quant_config(qc: Any, version: str = DEFAULT_VLLM) -> QuantConfig:
     if not isinstance(groups, dict):
         raise QuantConfigError("config_groups must be an object")
     ignore = qc.get("ignore", [])
-    if ignore is None:
-        ignore = []
+    if ignore is None:  # vLLM maps the list through the model's name mapper: iterating null is a TypeError
+        raise QuantConfigError("ignore is null: vLLM iterates it (TypeError); leave it out, or give a list "
+                               "([] for none)")
     if not isinstance(ignore, list) or not all(isinstance(i, str) for i in ignore):
         raise QuantConfigError("ignore must be a list of strings")
     sparsity = qc.get("sparsity_config")

@@ -429,11 +429,13 @@ def test_float_arguments_of_other_widths_need_an_explicit_zero_point_dtype() -> 
     assert (a.type, a.num_bits) == ("float", 6)
 
 
-def test_a_null_ignore_list_ignores_nothing() -> None:
+def test_a_null_ignore_list_is_refused_as_vllm_fails_on_it() -> None:
+    """vLLM maps the ignore list through the model's name mapper (``apply_vllm_mapper``: Qwen3.5 has a
+    ``hf_to_vllm_mapper``, 0.28 and 0.33), iterating it: null is a TypeError at load."""
     quant = quant_dict([("FP8_DYNAMIC", ["Linear"], None)], [], "float-quantized")
     quant["ignore"] = None
-    assert R.parse_quant_config(quant).ignore == ()
-    assert _one(with_quant(TEXT, quant), DOWN, OLD).scheme == FP8
+    with pytest.raises(R.QuantConfigError, match="ignore is null"):
+        R.parse_quant_config(quant)
     quant["ignore"] = "lm_head"
     with pytest.raises(R.QuantConfigError, match="ignore must be a list"):
         R.parse_quant_config(quant)
