@@ -520,6 +520,13 @@ MUTANTS = [
     Mutant("legacy-rope-theta-judged-beside-its-replacement", "clef_format/vllm_rules/config_rules.py",
            '        if sub == "rope_theta" and _lookup(text, "rope_parameters.rope_theta")[0]:', "        if False:",
            ("tests/verify/test_config_numbers.py",)),
+    Mutant("quantization-config-only-at-the-top", "clef_format/spec/model_spec.py",
+           "    if quant is None and isinstance(text, dict):", "    if False:",
+           ("tests/verify/test_quant_config_where.py",)),
+    Mutant("quant-method-as-written", "clef_format/spec/model_spec.py",
+           '        method = quant["quant_method"].lower().replace("compressed_tensors", "compressed-tensors")',
+           '        method = quant["quant_method"]',
+           ("tests/verify/test_quant_config_where.py",)),
 ]
 
 
