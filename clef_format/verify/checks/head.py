@@ -20,7 +20,7 @@ import json
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
     from clef_format.verify.vllm_build import VllmBuild
-    from typing import Iterator, Mapping
+    from typing import Callable, Iterator, Mapping
 
     _Tensors = Mapping[str, tuple[str, tuple[int, ...]]]
 
@@ -259,13 +259,21 @@ def _release_figures(tensors: _Tensors, file_size: int | None) -> list[HeadProbl
     return out
 
 
+def _reread(ck: Checkpoint, change: Callable[[dict], dict]) -> Reference | None:
+    """The reference read again at the checkpoint's head config (marker removed) as ``change`` gives it: how a
+    fix is proven before it is offered. None when the reference was not read (no code) or did not build."""
+    if ck.head_code is None or not isinstance(ck.head_config, dict):
+        return None
+    again = read_reference(ck.head_code, change(without_marker(ck.head_config)))
+    return again if again.status == "ok" and not again.fails else None
+
+
 def _failing_key_fix(ck: Checkpoint, config_rel: str) -> str | None:
     """The fix when a key beyond the six the head needs (``dropout``) holds the value the head's constructor
     refuses, proven by the reference itself: read again without that key (its own default), it builds."""
     raw = without_marker(ck.head_config) if isinstance(ck.head_config, dict) else {}
     for key in [k for k in raw if k not in CONFIG_KEYS]:
-        again = read_reference(ck.head_code or b"", {k: v for k, v in raw.items() if k != key})
-        if again.status == "ok" and not again.fails:
+        if _reread(ck, lambda c: {k: v for k, v in c.items() if k != key}) is not None:
             return (f"remove {json.dumps(key)} from {config_rel} (JointSchemaHead's own default then applies), or "
                     f"set it to a value its constructor accepts; the value {json.dumps(raw[key])} makes it raise")
     return None
@@ -279,10 +287,10 @@ def _feedforward_fixes(ck: Checkpoint, cfg: HeadConfig, tensors: _Tensors) -> bo
     value = feedforward_of(tensors)
     if value is None:  # no linear1 to read it from (the finding stands), or layers that disagree (it does not)
         return not any(n.endswith(".linear1.weight") for n in tensors)
-    if value == cfg.feedforward or ck.head_code is None or not isinstance(ck.head_config, dict):
+    if value == cfg.feedforward:
         return False
-    again = read_reference(ck.head_code, {**without_marker(ck.head_config), "feedforward": value})
-    return again.status == "ok" and not again.fails and not again.unknown and not _reference_problems(again, tensors)
+    again = _reread(ck, lambda c: {**c, "feedforward": value})
+    return again is not None and not again.unknown and not _reference_problems(again, tensors)
 
 
 def _config_findings(cfg: HeadConfig, tensors: _Tensors, config_rel: str, ref: Reference | None,
