@@ -527,6 +527,10 @@ MUTANTS = [
            '        method = quant["quant_method"].lower().replace("compressed_tensors", "compressed-tensors")',
            '        method = quant["quant_method"]',
            ("tests/verify/test_quant_config_where.py",)),
+    Mutant("dtype-cast-fix-unproven", "clef_format/verify/checks/backbone.py",
+           "len({h for h, w in casts if w == dtype}) == 1 and config_fix_holds(have) else",
+           "len({h for h, w in casts if w == dtype}) == 1 else",
+           ("tests/verify/test_backbone.py",)),
 ]
 
 

@@ -177,3 +177,43 @@ def test_a_quantization_config_edit_is_fixed_by_the_fix_it_prints(fresh, built) 
     assert listed and all("config.json" in (f.fix or "") for f in listed)
     path.write_text((built("layout-2", "fp8") / "config.json").read_text())
     assert verify(str(root)).ok
+
+
+def _follow_torch_dtype_fix(root: Path, fix: str) -> bool:
+    """Apply a dtype-cast fix that names a torch_dtype; False when the fix names none."""
+    marker = "set config.json's torch_dtype to "
+    if marker not in fix:
+        return False
+    path = root / "config.json"
+    config = json.loads(path.read_text())
+    config["torch_dtype"] = json.loads(fix.split(marker, 1)[1])
+    path.write_text(json.dumps(config))
+    return True
+
+
+def test_a_few_float32_tensors_in_a_bf16_export_are_not_told_to_make_the_config_float32(fresh) -> None:
+    """Two F32 weights among hundreds of BF16 tensors: a torch_dtype of float32 would make every BF16 tensor the
+    cast. The fix names no torch_dtype there; where it names one, following it leaves no cast."""
+    from clef_format.verify.run import verify
+
+    root = fresh("layout-2", "hybrid")
+    _rewrite(root, lambda t: t.update({n: t[n].to(torch.float32) for n in (
+        f"{BF16_LINEAR}.weight", "model.visual.blocks.0.attn.proj.weight")}))
+    (f,) = [f for f in verify(str(root)).findings if f.code == "dtype-cast"]
+    assert "2 tensor(s) stored F32 where BF16 is expected" in f.message
+    assert f.fix == "none needed to serve; re-export to store them as the config says"
+    assert not _follow_torch_dtype_fix(root, f.fix)
+
+
+def test_a_torch_dtype_fix_when_followed_leaves_no_cast(fresh) -> None:
+    from clef_format.verify.run import verify
+
+    root = fresh("layout-2", "fp8")
+    path = root / "config.json"
+    config = json.loads(path.read_text())
+    config["torch_dtype"] = "float16"
+    path.write_text(json.dumps(config))
+    (f,) = [f for f in verify(str(root)).findings if f.code == "dtype-cast"]
+    assert _follow_torch_dtype_fix(root, f.fix)
+    report = verify(str(root))
+    assert report.ok and not [f for f in report.findings if f.code == "dtype-cast"]

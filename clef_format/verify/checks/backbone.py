@@ -12,7 +12,7 @@ from __future__ import annotations
 TYPE_CHECKING = False  # typing is imported only by type checkers: it is slow to import
 if TYPE_CHECKING:
     from clef_format.verify.vllm_build import VllmBuild
-    from typing import Any, Iterator, Mapping
+    from typing import Any, Callable, Iterator, Mapping
 
 from clef_format.read.checkpoint import Checkpoint
 from clef_format.verify.options import DEFAULTS, VerifyOptions
@@ -47,14 +47,18 @@ def is_cast(stored: Any, dtypes: tuple[str, ...], shapes: tuple[tuple[int, ...],
             and tuple(stored.shape) in shapes)
 
 
-def _cast_finding(casts: Mapping[tuple[str, str], list[str]], dtype: str) -> Iterator[Finding]:
-    """One warning per (stored, expected) pair of dtypes, naming a few tensors."""
+def _cast_finding(casts: Mapping[tuple[str, str], list[str]], dtype: str,
+                  config_fix_holds: Callable[[str], bool]) -> Iterator[Finding]:
+    """One warning per (stored, expected) pair of dtypes, naming a few tensors. The fix names a torch_dtype
+    only when ``config_fix_holds`` proves it: the backbone checked again under that dtype has no cast left
+    (a few F32 norms in a BF16 export would otherwise be told to make the config float32, and then every
+    BF16 tensor would be the cast)."""
     for (have, want), names in casts.items():
         shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
         lossy = " (rounding the values BF16 or F16 cannot hold)" if FLOAT_DTYPES.index(have) > FLOAT_DTYPES.index(
             want) or {have, want} == {"BF16", "F16"} else " (exactly)"
         fix = (f'none needed to serve; to load them as stored, set config.json\'s torch_dtype to "{_NAMES[have]}"'
-               if want == dtype and len({h for h, w in casts if w == dtype}) == 1 else
+               if want == dtype and len({h for h, w in casts if w == dtype}) == 1 and config_fix_holds(have) else
                "none needed to serve; re-export to store them as the config says")
         yield warning("dtype-cast", f"{len(names)} tensor(s) stored {have} where {want} is expected ({shown}): vLLM "
                       f"and transformers cast them to {want} on load{lossy}; a loader that copies without a cast "
@@ -126,8 +130,20 @@ def module_params(backbone: Mapping[str, Any], modules: Any) -> dict[str, dict[s
 def check_backbone(ck: Checkpoint, opts: VerifyOptions = DEFAULTS, vllm: VllmBuild | None = None) -> Iterator[Finding]:
     if ck.model is None or not ck.backbone:
         return
-    cfg = ck.model
+    yield from _backbone_findings(ck, ck.model, opts, vllm, prove=True)
+
+
+def _backbone_findings(ck: Checkpoint, cfg: ModelConfig, opts: VerifyOptions, vllm: VllmBuild | None,
+                       prove: bool) -> Iterator[Finding]:
+    """The backbone held to ``cfg``; ``prove``: a torch_dtype fix is checked by running this again under it."""
     dtype = cfg.dtype
+
+    def config_fix_holds(stored: str) -> bool:
+        if not prove:
+            return False
+        again = _backbone_findings(ck, cfg._replace(dtype=stored), opts, vllm, prove=False)
+        return not any(f.code == "dtype-cast" for f in again)
+
     accounted: set[str] = set()
     specs = linear_modules(cfg)
     params = module_params(ck.backbone, (m.name for m in specs))
@@ -196,7 +212,7 @@ def check_backbone(ck: Checkpoint, opts: VerifyOptions = DEFAULTS, vllm: VllmBui
         elif info.dtype != dtype or info.shape != vocab_hidden:
             yield error("table-shape", f"{table} is {info.dtype}{list(info.shape)}, expected {dtype}{list(vocab_hidden)}",
                         tensor=table, file=ck.tensor_file.get(table), fix=_REDOWNLOAD)
-    yield from _cast_finding(casts, dtype)
+    yield from _cast_finding(casts, dtype, config_fix_holds)
     for name in sorted(set(ck.backbone) - accounted):
         yield error("tensor-unexpected", f"{name} is not part of a {cfg.architecture} with this config",
                     tensor=name, file=ck.tensor_file.get(name),
