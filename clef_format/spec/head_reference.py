@@ -147,13 +147,60 @@ def _count(v: Any) -> int:
     return v
 
 
-def _module_name(key: Any, where: str) -> str:
-    """A child's name as ``add_module`` takes it: a string without a dot, not empty (torch raises
+#: What ``hasattr`` finds on a fresh ``torch.nn.Module`` (torch 2.13, Python 3.11: ``dir(nn.Module())``), and
+#: each container's own additions. ``add_module`` (and so ``ModuleDict({...})``, ``md[key] = m``,
+#: ``Sequential(OrderedDict(...))``, ``register_parameter``, ``register_buffer``) refuses a name ``hasattr``
+#: finds that is not already its kind of child: KeyError "attribute 'keys' already exists".
+#: tests/spec/test_head_reference.py compares these with torch's own ``dir()``.
+MODULE_ATTRS = frozenset({
+    'T_destination', '__annotations__', '__call__', '__class__', '__delattr__', '__dict__', '__dir__', '__doc__',
+    '__eq__', '__format__', '__ge__', '__getattr__', '__getattribute__', '__getstate__', '__gt__', '__hash__',
+    '__init__', '__init_subclass__', '__le__', '__lt__', '__module__', '__ne__', '__new__', '__reduce__',
+    '__reduce_ex__', '__repr__', '__setattr__', '__setstate__', '__sizeof__', '__str__', '__subclasshook__',
+    '__weakref__', '_apply', '_backward_hooks', '_backward_pre_hooks', '_buffers', '_call_impl',
+    '_compiled_call_impl', '_forward_hooks', '_forward_hooks_always_called', '_forward_hooks_with_kwargs',
+    '_forward_pre_hooks', '_forward_pre_hooks_with_kwargs', '_get_backward_hooks', '_get_backward_pre_hooks',
+    '_get_name', '_is_full_backward_hook', '_load_from_state_dict', '_load_state_dict_post_hooks',
+    '_load_state_dict_pre_hooks', '_maybe_warn_non_full_backward_hook', '_modules', '_named_members',
+    '_non_persistent_buffers_set', '_parameters', '_register_load_state_dict_pre_hook', '_register_state_dict_hook',
+    '_replicate_for_data_parallel', '_save_to_state_dict', '_slow_forward', '_state_dict_hooks',
+    '_state_dict_pre_hooks', '_version', '_wrapped_call_impl', 'add_module', 'apply', 'bfloat16', 'buffers',
+    'call_super_init', 'children', 'compile', 'cpu', 'cuda', 'double', 'dump_patches', 'eval', 'extra_repr', 'float',
+    'forward', 'get_buffer', 'get_extra_state', 'get_parameter', 'get_submodule', 'half', 'ipu', 'load_state_dict',
+    'modules', 'mtia', 'named_buffers', 'named_children', 'named_modules', 'named_parameters', 'parameters',
+    'register_backward_hook', 'register_buffer', 'register_forward_hook', 'register_forward_pre_hook',
+    'register_full_backward_hook', 'register_full_backward_pre_hook', 'register_load_state_dict_post_hook',
+    'register_load_state_dict_pre_hook', 'register_module', 'register_parameter', 'register_state_dict_post_hook',
+    'register_state_dict_pre_hook', 'requires_grad_', 'set_extra_state', 'set_submodule', 'share_memory',
+    'state_dict', 'to', 'to_empty', 'train', 'training', 'type', 'xpu', 'zero_grad',
+})
+CONTAINER_ATTRS = {
+    "ModuleDict": MODULE_ATTRS | frozenset({
+        '__contains__', '__delitem__', '__getitem__', '__iter__', '__len__', '__setitem__', 'clear', 'items', 'keys',
+        'pop', 'update', 'values',
+    }),
+    "ModuleList": MODULE_ATTRS | frozenset({
+        '__add__', '__delitem__', '__getitem__', '__iadd__', '__iter__', '__len__', '__setitem__',
+        '_get_abs_string_index', 'append', 'extend', 'insert', 'pop',
+    }),
+    "Sequential": MODULE_ATTRS | frozenset({
+        '__add__', '__delitem__', '__getitem__', '__iadd__', '__imul__', '__iter__', '__len__', '__mul__',
+        '__rmul__', '__setitem__', '_get_item_by_idx', 'append', 'extend', 'insert', 'pop',
+    }),
+}
+
+
+def _module_name(key: Any, where: str, owner: _Module | None = None) -> str:
+    """A child's name as ``add_module`` takes it: a string without a dot, not empty, and, given the
+    ``owner`` module it goes into, no attribute of it other than a child already there (torch raises
     TypeError / KeyError otherwise)."""
     if not isinstance(key, str):
         raise _Fails(f"{where}: module name should be a string, got {type(key).__name__}")
     if "." in key or not key:
         raise _Fails(f"{where}: module name can't contain \".\" or be empty, got {key!r}")
+    if owner is not None and key not in owner.children and (
+            key in CONTAINER_ATTRS.get(owner.kind, MODULE_ATTRS) or key in owner.attrs):
+        raise _Fails(f"{where}: attribute {key!r} already exists (torch's add_module raises KeyError)")
     return key
 
 
@@ -888,7 +935,7 @@ class _Reader:
                     _module_name(key, f".{name}()")  # torch's TypeError: a name is a string
                 if not isinstance(key, str):
                     raise _Unknown("module name")
-                _module_name(key, f".{name}()")
+                _module_name(key, f".{name}()", target)
                 given = args[1] if len(args) > 1 else kwargs.get("module", kwargs.get("param"))
                 if name in ("add_module", "register_module") and given is not None:
                     self._module_item(given, f".{name}()")
@@ -1028,15 +1075,20 @@ class _Reader:
             return m
         if name in ("ModuleList", "Sequential", "ModuleDict"):
             items = args[0] if name != "Sequential" and args else (args if name == "Sequential" else [])
+            if name != "Sequential" and not args:
+                items = kwargs.get("modules", items)  # ModuleList(modules=[...]), ModuleDict(modules={...})
+            if items is None:
+                items = []  # ModuleList(None), ModuleDict(None): empty, as torch's default
             if name == "ModuleDict":
+                items = {} if items == [] else items  # ModuleDict() / ModuleDict(None): empty
                 if not isinstance(items, dict):
                     raise _Unknown("ModuleDict")
                 for k, v in items.items():
-                    m.children[_module_name(k, name)] = self._module_item(v, name)
+                    m.children[_module_name(k, name, m)] = self._module_item(v, name)
                 return m
             if name == "Sequential" and len(args) == 1 and isinstance(args[0], dict):
                 for k, v in args[0].items():  # Sequential(OrderedDict(...)): named children
-                    m.children[_module_name(k, name)] = self._module_item(v, name)
+                    m.children[_module_name(k, name, m)] = self._module_item(v, name)
                 return m
             for i, it in enumerate(self._iter(items)):
                 m.children[str(i)] = self._module_item(it, name)
@@ -1213,7 +1265,7 @@ class _Reader:
                 names = list(base.children)
                 base.children[names[key]] = self._as_child(value)  # ModuleList.__setitem__
             elif isinstance(base, _Module) and base.kind == "ModuleDict" and isinstance(key, str):
-                base.children[key] = self._as_child(value)
+                base.children[_module_name(key, "ModuleDict[key] =", base)] = self._module_item(value, "ModuleDict")
             elif isinstance(base, dict) and isinstance(key, (str, int)) and not isinstance(key, bool):
                 base[key] = value
             elif isinstance(base, list) and isinstance(key, int) and not isinstance(key, bool) \

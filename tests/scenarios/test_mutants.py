@@ -531,6 +531,10 @@ MUTANTS = [
            "len({h for h, w in casts if w == dtype}) == 1 and config_fix_holds(have) else",
            "len({h for h, w in casts if w == dtype}) == 1 else",
            ("tests/verify/test_backbone.py",)),
+    Mutant("head-reader-child-name-clash-unchecked", "clef_format/spec/head_reference.py",
+           "            key in CONTAINER_ATTRS.get(owner.kind, MODULE_ATTRS) or key in owner.attrs):",
+           "            key in owner.attrs):",
+           ("tests/spec/test_head_reference.py",)),
 ]
 
 

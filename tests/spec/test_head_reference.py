@@ -16,7 +16,9 @@ import pytest
 
 from clef_format.fixtures.builders import HEAD_REFERENCES
 from clef_format.read.safetensors import encode_header
-from clef_format.spec.head_reference import MAX_SOURCE_BYTES, TORCH_PARAMS, read_reference
+from clef_format.spec.head_reference import (
+    CONTAINER_ATTRS, MAX_SOURCE_BYTES, MODULE_ATTRS, TORCH_PARAMS, read_reference,
+)
 from clef_format.spec.joint_head import (
     RELEASE_CONFIG, RELEASE_FILE_BYTES, RELEASE_TENSORS, HeadConfig, all_tensors,
 )
@@ -224,6 +226,56 @@ def test_a_registration_torch_refuses_fails_as_torch_does(call: str) -> None:
     assert read_reference(code, {"width": 8}).fails_kind == "fails"
     with pytest.raises((KeyError, TypeError)):
         eval(f"m.{call}", {"m": torch.nn.Module(), "nn": torch.nn, "torch": torch, "width": 8})
+
+
+_TAKEN_NAMES = [
+    "self.d = nn.ModuleDict({'keys': nn.Linear(width, 2), 'values': nn.Linear(width, 2)})\n",
+    "self.d = nn.ModuleDict({'training': nn.Linear(width, 2)})\n",
+    "self.d = nn.ModuleDict()\n        self.d['items'] = nn.Linear(width, 2)\n",
+    "self.d = nn.ModuleDict()\n        self.d['a.b'] = nn.Linear(width, 2)\n",
+    "self.d = nn.ModuleDict()\n        self.d['x'] = 3\n",
+    "from collections import OrderedDict\n        self.s = nn.Sequential(OrderedDict([('append', nn.Linear(width, 2))]))\n",
+    "self.add_module('forward', nn.Linear(width, 2))\n",
+    "self.register_parameter('cuda', nn.Parameter(torch.zeros(2)))\n",
+    "self.register_buffer('half', torch.zeros(2))\n",
+    "self.w = 3\n        self.add_module('w', nn.Linear(width, 2))\n",
+    "self.l = nn.ModuleList()\n        self.l.add_module('extend', nn.Linear(width, 2))\n",
+]
+
+
+@pytest.mark.parametrize("body", _TAKEN_NAMES)
+def test_a_child_named_as_an_attribute_torch_has_fails_as_torch_does(tmp_path: Path, body: str) -> None:
+    """add_module refuses a name hasattr finds (a ModuleDict's 'keys', a Module's 'training' or 'forward', a
+    plain attribute set before): KeyError at construction, so the head cannot be built; never an OK."""
+    code = HEAD + "        " + body
+    path = tmp_path / "joint_schema_model.py"
+    path.write_text(code)
+    ref = read_reference(code.encode(), {"width": 8})
+    assert ref.fails_kind == "fails", ref
+    with pytest.raises((KeyError, TypeError)):
+        _torch_state(path, {"width": 8})
+
+
+@pytest.mark.parametrize("body", [
+    "self.d = nn.ModuleDict({'key': nn.Linear(width, 2), 'value': nn.Linear(width, 2), 'proj': nn.Linear(2, 2)})\n",
+    "self.d = nn.ModuleDict({'x': nn.Linear(width, 2)})\n        self.d['x'] = nn.Linear(width, 3)\n",
+    "self.add_module('mlp', nn.Linear(width, 2))\n        self.add_module('mlp', nn.Linear(width, 4))\n",
+    "self.d = nn.ModuleDict(modules={'q': nn.Linear(width, 2)})\n        self.l = nn.ModuleList(modules=[nn.Linear(2, 3)])\n",
+    "self.d = nn.ModuleDict(None)\n        self.l = nn.ModuleList(None)\n",
+])
+def test_a_child_name_torch_takes_is_read(tmp_path: Path, body: str) -> None:
+    code = HEAD + "        " + body
+    path = tmp_path / "joint_schema_model.py"
+    path.write_text(code)
+    ref = read_reference(code.encode(), {"width": 8})
+    assert (ref.status, ref.unknown, ref.reason) == ("ok", (), ""), ref
+    assert ref.tensors == _torch_state(path, {"width": 8})
+
+
+def test_the_attribute_names_torch_refuses_are_torch_s_own() -> None:
+    assert MODULE_ATTRS == set(dir(torch.nn.Module()))
+    for kind, names in CONTAINER_ATTRS.items():
+        assert names == set(dir(getattr(torch.nn, kind)())), kind
 
 
 def test_a_float_head_count_is_not_decided_as_torch_builds_it() -> None:
