@@ -103,10 +103,20 @@ class _Param:
 
 
 class _TensorVal:
-    """A plain tensor value (``torch.zeros(...)``): a parameter once wrapped in ``nn.Parameter``."""
+    """A plain tensor value (``torch.zeros(...)``): a parameter once wrapped in ``nn.Parameter``.
+    ``floating``: whether its dtype can require gradients (floating point), False for integer and bool
+    dtypes, None when the reader does not know."""
 
-    def __init__(self, shape: tuple[int, ...]) -> None:
+    def __init__(self, shape: tuple[int, ...], floating: bool | None = None) -> None:
         self.shape = shape
+        self.floating = floating
+
+
+#: torch's dtypes by name (``torch.long``...) whose tensors can / cannot require gradients (torch 2.13:
+#: ``is_floating_point``; integers and bool cannot, so ``nn.Parameter`` of one raises RuntimeError).
+_FLOAT_DTYPES = frozenset({"float16", "half", "bfloat16", "float32", "float", "float64", "double"})
+_INTEGER_DTYPES = frozenset({"bool", "uint8", "int8", "int16", "short", "int32", "int", "int64", "long", "uint16",
+                             "uint32", "uint64"})
 
 
 class _Ref:
@@ -1032,14 +1042,39 @@ class _Reader:
         if path.startswith("torch.") and path.split(".")[1] in _TENSOR_MAKERS:
             return self._tensor(path.split(".")[1], args, kwargs)
         if path == "torch.tensor" and args:
-            return _TensorVal(self._shape_of_data(args[0]))
+            shape = self._shape_of_data(args[0])
+            return _TensorVal(shape, self._floating(kwargs, self._data_floating(args[0])))
         name = _torch_name(path)
         if name is None:
             raise _Unknown(path)
         return self._torch_module(name, args, kwargs)
 
+    @staticmethod
+    def _floating(kwargs: dict[str, Any], default: bool | None) -> bool | None:
+        """From a ``dtype=`` given as ``torch.<name>``; ``default`` (the maker's own) when none is given."""
+        dtype = kwargs.get("dtype")
+        if dtype is None:
+            return default
+        name = dtype.path.removeprefix("torch.") if isinstance(dtype, _Ref) else ""
+        return True if name in _FLOAT_DTYPES else False if name in _INTEGER_DTYPES else None
+
+    @staticmethod
+    def _data_floating(v: Any) -> bool | None:
+        """``torch.tensor(data)``'s dtype: float32 when any item is a float, int64 / bool otherwise."""
+        flat: list[Any] = []
+        todo = [v]
+        while todo:
+            x = todo.pop()
+            if isinstance(x, (list, tuple)):
+                todo.extend(x)
+            else:
+                flat.append(x)
+        if not flat or any(isinstance(x, float) for x in flat):
+            return True  # torch.tensor([]) is float32 too
+        return False if all(isinstance(x, int) for x in flat) else None
+
     def _shape_of_data(self, v: Any) -> tuple[int, ...]:
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
+        if isinstance(v, (int, float)):  # bool included: torch.tensor(True) is a bool scalar
             return ()
         if isinstance(v, (list, tuple)):
             if not v:
@@ -1053,14 +1088,17 @@ class _Reader:
         if fn == "arange":
             if not 1 <= len(args) <= 3 or not all(isinstance(a, int) and not isinstance(a, bool) for a in args):
                 raise _Unknown("arange()")
-            return _TensorVal((len(range(*args)),))
+            return _TensorVal((len(range(*args)),), self._floating(kwargs, False))  # int64 from int bounds
+        floating: bool | None = True  # torch's default dtype, float32
         if fn == "full":
+            fill = args[1] if len(args) > 1 else kwargs.get("fill_value")
+            floating = True if isinstance(fill, float) else False if isinstance(fill, int) else None  # as torch infers
             args = args[:1]
         if "size" in kwargs:
             args = [kwargs["size"]]
         if len(args) == 1 and isinstance(args[0], (tuple, list)):
             args = list(args[0])
-        return _TensorVal(tuple(_dim(a) for a in args))
+        return _TensorVal(tuple(_dim(a) for a in args), self._floating(kwargs, floating))
 
     def _torch_module(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> _Module:
         m = _Module(name)
@@ -1068,6 +1106,10 @@ class _Reader:
             value = args[0] if args else kwargs.get("data")
             if not isinstance(value, _TensorVal):
                 raise _Unknown("Parameter data")
+            grad = args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
+            if value.floating is False and grad is True:
+                raise _Fails("nn.Parameter of an integer or bool tensor: only floating point tensors can require "
+                             "gradients (torch raises RuntimeError)")
             return _Param(value.shape)  # type: ignore[return-value]
         if name in ("Dropout", "Dropout1d", "Dropout2d"):
             _probability(args[0] if args else kwargs.get("p", 0.5), name)

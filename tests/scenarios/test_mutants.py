@@ -535,6 +535,9 @@ MUTANTS = [
            "            key in CONTAINER_ATTRS.get(owner.kind, MODULE_ATTRS) or key in owner.attrs):",
            "            key in owner.attrs):",
            ("tests/spec/test_head_reference.py",)),
+    Mutant("head-reader-integer-parameter-built", "clef_format/spec/head_reference.py",
+           "            if value.floating is False and grad is True:", "            if False:",
+           ("tests/spec/test_head_reference.py",)),
 ]
 
 

@@ -272,6 +272,43 @@ def test_a_child_name_torch_takes_is_read(tmp_path: Path, body: str) -> None:
     assert ref.tensors == _torch_state(path, {"width": 8})
 
 
+@pytest.mark.parametrize("body", [
+    "self.p = nn.Parameter(torch.zeros(2, dtype=torch.long))\n",
+    "self.p = nn.Parameter(torch.arange(width))\n",
+    "self.p = nn.Parameter(torch.tensor([[1, 2], [3, 4]]))\n",
+    "self.p = nn.Parameter(torch.tensor([True, False]))\n",
+    "self.p = nn.Parameter(torch.full((width,), 3))\n",
+    "self.p = nn.Parameter(torch.ones(width, dtype=torch.int8), True)\n",
+    "self.p = nn.Parameter(data=torch.empty(2, dtype=torch.bool))\n",
+])
+def test_an_integer_parameter_that_requires_grad_fails_as_torch_does(tmp_path: Path, body: str) -> None:
+    """nn.Parameter requires grad by default, which only floating point tensors can: RuntimeError at
+    construction, a head that cannot be built (it was read as a parameter of that shape)."""
+    code = HEAD + "        " + body
+    path = tmp_path / "joint_schema_model.py"
+    path.write_text(code)
+    assert read_reference(code.encode(), {"width": 8}).fails_kind == "fails"
+    with pytest.raises(RuntimeError):
+        _torch_state(path, {"width": 8})
+
+
+@pytest.mark.parametrize("body", [
+    "self.p = nn.Parameter(torch.zeros(2, dtype=torch.long), requires_grad=False)\n",
+    "self.p = nn.Parameter(torch.arange(width), False)\n",
+    "self.p = nn.Parameter(torch.tensor([1.0, 2]))\n        self.q = nn.Parameter(torch.tensor([]))\n",
+    "self.p = nn.Parameter(torch.full((width,), 3.0))\n        self.q = nn.Parameter(torch.zeros(2, dtype=torch.bfloat16))\n",
+    "self.p = nn.Parameter(torch.arange(width, dtype=torch.float32))\n",
+    "self.register_buffer('b', torch.arange(width))\n",
+])
+def test_a_parameter_torch_builds_is_read(tmp_path: Path, body: str) -> None:
+    code = HEAD + "        " + body
+    path = tmp_path / "joint_schema_model.py"
+    path.write_text(code)
+    ref = read_reference(code.encode(), {"width": 8})
+    assert (ref.status, ref.unknown, ref.reason) == ("ok", (), ""), ref
+    assert ref.tensors == _torch_state(path, {"width": 8})
+
+
 def test_the_attribute_names_torch_refuses_are_torch_s_own() -> None:
     assert MODULE_ATTRS == set(dir(torch.nn.Module()))
     for kind, names in CONTAINER_ATTRS.items():
