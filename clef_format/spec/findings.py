@@ -53,7 +53,7 @@ CODES: dict[str, str] = {
     "fused-scheme-mismatch": "shards of one fused vLLM layer resolve to different schemes",
     "scheme-tensor-mismatch": "vLLM will build a layer whose scheme differs from the stored tensors",
     "layer-unquantized": "a layer stored or meant quantized resolves to BF16 in vLLM",
-    "quant-config-invalid": "quantization_config is not a valid compressed-tensors config, vLLM cannot build a layer from it, or it contradicts the stored tensors (dynamic weights, a status other than compressed)",
+    "quant-config-invalid": "quantization_config is not a valid compressed-tensors config, vLLM cannot build a layer from it, or it contradicts the stored tensors where vLLM refuses them; as a warning: a contradiction vLLM serves anyway and transformers does not load (NVFP4 dynamic weights, a status other than compressed)",
     # deep verification
     "hash-mismatch": "a file's content does not match its expected hash",
     "manifest-missing": "deep verification found nothing to compare a file against",

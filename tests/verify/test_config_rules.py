@@ -72,15 +72,6 @@ CASES = [
     ("tie-text", "hybrid", L.CONFIG, _set("text_config.tie_word_embeddings", True), "config-invalid",
      "text_config.tie_word_embeddings", True),
     ("tie-top", "hybrid", L.CONFIG, _set("tie_word_embeddings", True), "config-invalid", "tie_word_embeddings", True),
-    ("weights-dynamic", "nvfp4", L.CONFIG, _set("quantization_config.config_groups.group_0.weights.dynamic", True),
-     "quant-config-invalid", "weights.dynamic", True),
-    ("weights-dynamic-local", "nvfp4", L.CONFIG,
-     _set("quantization_config.config_groups.group_0.weights.dynamic", "local"), "quant-config-invalid",
-     "weights.dynamic", True),
-    ("status-removed", "hybrid", L.CONFIG, _set("quantization_config.quantization_status", _REMOVE),
-     "quant-config-invalid", "quantization_status", True),
-    ("status-frozen", "fp8", L.CONFIG, _set("quantization_config.quantization_status", "frozen"),
-     "quant-config-invalid", "quantization_status", True),
     ("tie-string", "hybrid", L.CONFIG, _set("tie_word_embeddings", "true"), "config-invalid", "tie_word_embeddings",
      True),
     ("rms_norm_eps-string", "bf16", L.CONFIG, _set("text_config.rms_norm_eps", "1e-6"), "config-invalid",
@@ -218,6 +209,31 @@ def test_head_dim_absent_reads_as_transformers_default():
     raw = tiny_config()
     raw["text_config"].pop("head_dim")
     assert parse_config(raw).text.head_dim == 256
+
+
+#: Config facts of compressed-tensors the stored tensors contradict where vLLM still serves them as stored.
+SERVED_CASES = [
+    ("weights-dynamic", "nvfp4", _set("quantization_config.config_groups.group_0.weights.dynamic", True),
+     "weights.dynamic"),
+    ("weights-dynamic-local", "nvfp4", _set("quantization_config.config_groups.group_0.weights.dynamic", "local"),
+     "weights.dynamic"),
+    ("status-removed", "hybrid", _set("quantization_config.quantization_status", _REMOVE), "quantization_status"),
+    ("status-frozen", "fp8", _set("quantization_config.quantization_status", "frozen"), "quantization_status"),
+]
+
+
+@pytest.mark.parametrize("name, build, edit, key", SERVED_CASES, ids=[c[0] for c in SERVED_CASES])
+def test_what_vllm_serves_but_transformers_does_not_load_is_a_warning_whose_fix_works(fresh, name, build, edit, key):
+    """vLLM reads no quantization_status and ignores weights.dynamic for NVFP4: it serves these weights as
+    stored, so the verdict is OK; transformers cannot load them, so a warning whose edit, followed, clears it."""
+    root = broken(fresh, build, L.CONFIG, edit)
+    report = verify(str(root))
+    (hit,) = [f for f in report.findings if f.code == "quant-config-invalid"]
+    assert report.ok and hit.severity == "warning" and key in hit.message and hit.file == L.CONFIG
+    assert "vLLM serves the weights as stored" in hit.message
+    apply_set_fix(root, hit.fix)
+    after = verify(str(root))
+    assert after.ok and "quant-config-invalid" not in after.codes()
 
 
 def test_fp8_dynamic_weights_stay_refused_as_vllm_refuses_them(fresh):

@@ -181,7 +181,10 @@ def check_patterns(ck: Checkpoint, opts: VerifyOptions = DEFAULTS, vllm: VllmBui
     if model_cfg.quantization and not any(f.code == "quant-config-invalid" for f in findings):
         from clef_format.vllm_rules.config_rules import set_fix
 
-        findings += [Finding("quant-config-invalid", "error", message, file=CONFIG_FILE, fix=set_fix(key, value))
+        # vLLM serves these as stored (it ignores the status, and weights.dynamic for NVFP4; what it refuses is the
+        # resolver's error above): a warning, since transformers and compressed-tensors' own loader cannot load them
+        findings += [Finding("quant-config-invalid", "warning", f"{message}; vLLM serves the weights as stored",
+                             file=CONFIG_FILE, fix=set_fix(key, value))
                      for key, message, value in schemes.quant_config_problems(model_cfg.quantization)]
     return findings
 
