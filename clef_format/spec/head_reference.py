@@ -987,8 +987,12 @@ class _Reader:
                 raise _Unknown(fn)
             if fn == "len" and len(args) == 1:
                 return len(self._iter(args[0]) if not isinstance(args[0], str) else args[0])
-            if fn == "int" and len(args) == 1 and isinstance(args[0], (int, float)):
-                return int(args[0])
+            if fn == "int" and len(args) == 1 and (isinstance(args[0], (int, float))
+                                                   or isinstance(args[0], str) and len(args[0]) <= 64):
+                try:  # Python's own: int(64.0), int(" 4 "); int("4.0"), int(nan) raise in the head too
+                    return int(args[0])
+                except (ValueError, OverflowError) as exc:
+                    raise _Fails(f"int({args[0]!r}) raises {type(exc).__name__}") from None
             if fn in ("tuple", "list") and len(args) == 1:
                 items = self._iter(args[0])
                 return tuple(items) if fn == "tuple" else items

@@ -538,6 +538,10 @@ MUTANTS = [
     Mutant("head-reader-integer-parameter-built", "clef_format/spec/head_reference.py",
            "            if value.floating is False and grad is True:", "            if False:",
            ("tests/spec/test_head_reference.py",)),
+    Mutant("head-config-cast-accepted-though-the-head-fails", "clef_format/verify/checks/head.py",
+           "    if ref.status != \"ok\" or ref.reason or ref.unknown or ref.fails:",
+           "    if ref.status != \"ok\" or ref.reason:",
+           ("tests/verify/test_head.py",)),
 ]
 
 

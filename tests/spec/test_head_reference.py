@@ -262,6 +262,7 @@ def test_a_child_named_as_an_attribute_torch_has_fails_as_torch_does(tmp_path: P
     "self.add_module('mlp', nn.Linear(width, 2))\n        self.add_module('mlp', nn.Linear(width, 4))\n",
     "self.d = nn.ModuleDict(modules={'q': nn.Linear(width, 2)})\n        self.l = nn.ModuleList(modules=[nn.Linear(2, 3)])\n",
     "self.d = nn.ModuleDict(None)\n        self.l = nn.ModuleList(None)\n",
+    "self.b = nn.Linear(int(' 4 '), int(8.0))\n",
 ])
 def test_a_child_name_torch_takes_is_read(tmp_path: Path, body: str) -> None:
     code = HEAD + "        " + body
@@ -270,6 +271,15 @@ def test_a_child_name_torch_takes_is_read(tmp_path: Path, body: str) -> None:
     ref = read_reference(code.encode(), {"width": 8})
     assert (ref.status, ref.unknown, ref.reason) == ("ok", (), ""), ref
     assert ref.tensors == _torch_state(path, {"width": 8})
+
+
+def test_an_int_conversion_python_refuses_fails_as_it_does(tmp_path: Path) -> None:
+    code = HEAD + "        self.b = nn.Linear(int('4.0'), 2)\n"
+    path = tmp_path / "joint_schema_model.py"
+    path.write_text(code)
+    assert read_reference(code.encode(), {"width": 8}).fails_kind == "fails"
+    with pytest.raises(ValueError):
+        _torch_state(path, {"width": 8})
 
 
 @pytest.mark.parametrize("body", [

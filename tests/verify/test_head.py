@@ -133,3 +133,85 @@ def test_head_problems_beyond_fifty_are_counted_in_one_last_error(fresh) -> None
     assert findings[-1] == {"code": "head-incomplete", "severity": "error",
                             "message": f"{L.HEAD_WEIGHTS}: 6 more problem(s) not listed",
                             "file": L.HEAD_WEIGHTS, "fix": FIX}
+
+
+def _torch_head_shapes(code_path: Path, config: dict) -> dict[str, tuple[int, ...]]:
+    """JointSchemaHead(**config) as the plugin builds it, by torch (the oracle), on the meta device."""
+    import importlib.util
+    import sys
+
+    torch = pytest.importorskip("torch")
+    spec = importlib.util.spec_from_file_location("ref_cast_head", code_path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        with torch.device("meta"):
+            head = module.JointSchemaHead(**config)
+    finally:
+        sys.modules.pop(spec.name, None)
+    return {k: tuple(v.shape) for k, v in head.state_dict().items()}
+
+
+def _cast_config(root: Path, cast_in_code: bool) -> dict:
+    """width written 32.0 and heads "4"; the reference converting them itself when ``cast_in_code``."""
+    if cast_in_code:
+        code = (root / L.HEAD_CODE).read_text()
+        (root / L.HEAD_CODE).write_text(code.replace(
+            "        super().__init__()\n", "        super().__init__()\n        width = int(width)\n"
+            "        heads = int(heads)\n", 1))
+    path = root / L.HEAD_CONFIG
+    cfg = json.loads(path.read_text())
+    cfg["width"], cfg["heads"] = float(cfg["width"]), str(cfg["heads"])
+    path.write_text(json.dumps(cfg))
+    return {k: v for k, v in cfg.items() if k != "requires_clef_vllm"}
+
+
+def test_config_values_the_reference_converts_are_a_warning_whose_fix_works(fresh) -> None:
+    """width 32.0 and heads "4": JointSchemaHead(**config) builds the head when its own code calls int() on
+    them (torch shows it, and the file is that head): a warning, not the strict integer rule's error."""
+    from clef_format.read.safetensors import read_header
+    from clef_format.verify.run import verify
+
+    root = fresh("layout-2", "bf16")
+    raw = _cast_config(root, cast_in_code=True)
+    stored = {n: tuple(i.shape) for n, i in read_header(root / L.HEAD_WEIGHTS).tensors.items()}
+    assert _torch_head_shapes(root / L.HEAD_CODE, raw) == stored
+    report = verify(str(root))
+    (f,) = [f for f in report.findings if f.code == "head-config-invalid"]
+    assert report.ok and f.severity == "warning" and "width, heads not integers" in f.message
+    assert f.fix.endswith("width: 32, heads: 4")
+    path = root / L.HEAD_CONFIG
+    cfg = json.loads(path.read_text())
+    cfg.update(width=32, heads=4)
+    path.write_text(json.dumps(cfg))
+    after = verify(str(root))
+    assert after.ok and "head-config-invalid" not in after.codes()
+
+
+def test_config_values_the_reference_does_not_convert_stay_an_error(fresh) -> None:
+    """The same config under a reference that uses width as given: torch cannot build the head."""
+    from clef_format.verify.run import verify
+
+    root = fresh("layout-2", "bf16")
+    raw = _cast_config(root, cast_in_code=False)
+    with pytest.raises(TypeError):
+        _torch_head_shapes(root / L.HEAD_CODE, raw)
+    report = verify(str(root))
+    assert not report.ok and "head-incomplete" in report.codes()
+    assert not [f for f in report.findings if "converts them" in f.message]  # it does not: no such claim
+
+
+def test_a_string_the_reference_cannot_convert_stays_an_error(fresh) -> None:
+    from clef_format.verify.run import verify
+
+    root = fresh("layout-2", "bf16")
+    raw = _cast_config(root, cast_in_code=True)
+    path = root / L.HEAD_CONFIG
+    cfg = json.loads(path.read_text())
+    cfg["heads"] = "4.0"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ValueError):
+        _torch_head_shapes(root / L.HEAD_CODE, {**raw, "heads": "4.0"})
+    assert not verify(str(root)).ok

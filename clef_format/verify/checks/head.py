@@ -49,8 +49,15 @@ def check_head(ck: Checkpoint, opts: VerifyOptions = DEFAULTS, vllm: VllmBuild |
     try:
         cfg, unknown = parse_head_config(ck.head_config)
     except HeadConfigError as exc:
-        yield error("head-incomplete", str(exc), file=config_rel, fix=_FIX)
-        return
+        built = _config_the_reference_builds(ck)
+        if built is None:
+            yield error("head-incomplete", str(exc), file=config_rel, fix=_FIX)
+            return
+        cfg, unknown, cast = built
+        yield warning("head-config-invalid", f"{config_rel}: {', '.join(cast)} not integers; the checkpoint's own "
+                      f"{L.HEAD_CODE} converts them and builds the head (a plugin whose JointSchemaHead does not "
+                      "would fail)", file=config_rel, fix=f"write them as integers in {config_rel}: "
+                      + ", ".join(f"{k}: {getattr(cfg, k)}" for k in cast))
     ref = read_reference(ck.head_code, without_marker(ck.head_config)) if ck.head_code is not None else None
     yield from _reference_findings(ref)
     if ref is not None and ref.status == "ok":
@@ -112,6 +119,32 @@ def check_head(ck: Checkpoint, opts: VerifyOptions = DEFAULTS, vllm: VllmBuild |
             yield info("head-names-inferred",
                        f"{weights}: differs from the tensor names clef-format infers (not published, so not an "
                        f"error): {shown}", file=weights)
+
+
+def _config_the_reference_builds(ck: Checkpoint) -> tuple[HeadConfig, list[str], list[str]] | None:
+    """For a head config whose values are not plain ints (``64.0``, ``"4"``): the config as the checkpoint's own
+    reference takes it, when that reference, read with the values as written, builds the whole head (it
+    converts them itself: ``int(width)``); with the unknown keys and the keys converted. None otherwise: the
+    strict rule stands."""
+    raw = ck.head_config
+    if ck.head_code is None or not isinstance(raw, dict) or any(k not in raw for k in CONFIG_KEYS):
+        return None
+    ref = read_reference(ck.head_code, without_marker(raw))
+    if ref.status != "ok" or ref.reason or ref.unknown or ref.fails:
+        return None
+    values: dict[str, int] = {}
+    for k in CONFIG_KEYS:
+        v = raw[k]
+        try:
+            values[k] = int(v) if isinstance(v, (int, float, str)) and not isinstance(v, bool) else int("x")
+        except (ValueError, OverflowError):
+            return None
+    try:
+        cfg, _ = parse_head_config({**raw, **values})
+    except HeadConfigError:
+        return None
+    cast = [k for k in CONFIG_KEYS if type(raw[k]) is not int]
+    return cfg, list(ref.rejected), cast
 
 
 def _reference_findings(ref: Reference | None) -> Iterator[Finding]:
