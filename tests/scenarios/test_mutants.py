@@ -542,6 +542,10 @@ MUTANTS = [
            "    if ref.status != \"ok\" or ref.reason or ref.unknown or ref.fails:",
            "    if ref.status != \"ok\" or ref.reason:",
            ("tests/verify/test_head.py",)),
+    Mutant("nvfp4-input-global-scale-as-compressed-tensors-stores", "clef_format/verify/checks/backbone.py",
+           "                if d is not None and d.scheme == NVFP4_W4A4 and \"input_global_scale\" not in sig:",
+           "                if False:",
+           ("tests/verify/test_backbone.py",)),
 ]
 
 

@@ -217,3 +217,35 @@ def test_a_torch_dtype_fix_when_followed_leaves_no_cast(fresh) -> None:
     assert _follow_torch_dtype_fix(root, f.fix)
     report = verify(str(root))
     assert report.ok and not [f for f in report.findings if f.code == "dtype-cast"]
+
+
+def _nvfp4_inputs_dynamic(root: Path) -> None:
+    path = root / "config.json"
+    config = json.loads(path.read_text())
+    groups = config["quantization_config"]["config_groups"]
+    (name,) = [g for g, v in groups.items() if (v.get("input_activations") or {}).get("dynamic") == "local"]
+    groups[name]["input_activations"]["dynamic"] = True
+    path.write_text(json.dumps(config))
+
+
+def test_nvfp4_inputs_declared_dynamic_with_their_global_scales_stored_are_served(fresh) -> None:
+    """vLLM builds W4A4 for NVFP4 inputs whatever their ``dynamic`` says, and its CompressedTensorsW4A4Fp4
+    registers input_global_scale always (0.28, 0.33): the stored scales are loaded, served as stored."""
+    from clef_format.verify.run import verify
+
+    root = fresh("layout-2", "nvfp4", num_layers=4)
+    _nvfp4_inputs_dynamic(root)
+    report = verify(str(root))
+    assert report.ok, [(f.code, f.message) for f in report.findings if f.severity == "error"][:3]
+
+
+def test_nvfp4_inputs_declared_dynamic_without_their_global_scales_are_broken(fresh) -> None:
+    """The same config with the scales dropped (what compressed-tensors stores for dynamic inputs): vLLM's
+    input_global_scale stays torch.empty, so the layer computes with garbage."""
+    from clef_format.verify.run import verify
+
+    root = fresh("layout-2", "nvfp4", num_layers=4)
+    _nvfp4_inputs_dynamic(root)
+    _rewrite(root, lambda t: [t.pop(n) for n in list(t) if n.endswith(".input_global_scale")])
+    report = verify(str(root))
+    assert not report.ok and "input_global_scale" in " ".join(f.message for f in report.findings)

@@ -22,6 +22,7 @@ from clef_format.spec.model_spec import (ModelConfig, kv_cache_params, linear_mo
                                          unscheduled_kv_scales)
 from clef_format.spec.schemes import (
     FLOAT_DTYPES,
+    NVFP4_W4A4,
     SCHEME_PARAMS,
     ParamSpec,
     expected_shapes,
@@ -101,6 +102,10 @@ def _signatures(cfg: ModelConfig, version: str,
                 sig = group_signature(entry.weights.raw, entry.input.raw if entry.input else None,
                                       entry.output.raw if entry.output else None, entry.format or qc.format,
                                       m.out_features, m.in_features, cfg.dtype)
+                if d is not None and d.scheme == NVFP4_W4A4 and "input_global_scale" not in sig:
+                    # vLLM's CompressedTensorsW4A4Fp4.create_weights registers it whatever the inputs' dynamic
+                    # says (0.28, 0.33): loaded when stored; without it, left as torch.empty made it
+                    sig = {**sig, "input_global_scale": ParamSpec(("F32",), ((1,),))}
             memo[key] = sig
         out[m.name] = sig
     return out
