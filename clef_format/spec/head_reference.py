@@ -1539,12 +1539,8 @@ def parse_source(source: bytes) -> tuple[ast.Module | None, str]:
     """The syntax tree, or None and why: ``invalid: ...`` (not Python) or ``unread: ...`` (over limits)."""
     if len(source) > MAX_SOURCE_BYTES:
         return None, f"unread: {len(source)} bytes, over the {MAX_SOURCE_BYTES} bytes the reader parses"
-    try:
-        text = source.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return None, f"invalid: not UTF-8 ({exc.reason} at byte {exc.start})"
-    try:
-        tree = compile(text, "joint_schema_model.py", "exec", ast.PyCF_ONLY_AST)  # what ast.parse does
+    try:  # the bytes, decoded by the compiler as an import does (a BOM, a coding cookie, bytes in comments)
+        tree = compile(source, "joint_schema_model.py", "exec", ast.PyCF_ONLY_AST)  # what ast.parse does
     except SyntaxError as exc:
         return None, f"invalid: {exc.msg} (line {exc.lineno})"
     except (RecursionError, MemoryError) as exc:

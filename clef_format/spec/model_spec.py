@@ -200,8 +200,25 @@ def parse_config(config: Any) -> ModelConfig:
 MODEL_DTYPES = ("BF16", "F16", "F32")
 
 
+#: The keys that name the model dtype, in the order transformers 5 reads them: ``dtype`` wins over the
+#: legacy ``torch_dtype`` when both are given ("If both are provided, keep `dtype`").
+DTYPE_KEYS = ("dtype", "torch_dtype")
+
+
+def dtype_key(config: Mapping[str, Any]) -> str:
+    """The dotted config.json key whose value is the model dtype (``_model_dtype``'s), ``torch_dtype`` when
+    none is given: the key a fix must edit for the edit to change the dtype."""
+    for where in ("config", "text_config"):
+        d = config if where == "config" else config.get(where)
+        if isinstance(d, dict):
+            for key in DTYPE_KEYS:
+                if d.get(key) is not None:
+                    return key if where == "config" else f"{where}.{key}"
+    return "torch_dtype"
+
+
 def _model_dtype(config: Mapping[str, Any]) -> str:
-    """The dtype of the unquantized tensors: ``torch_dtype`` (or ``dtype``, transformers 5) at the top
+    """The dtype of the unquantized tensors: ``dtype`` or ``torch_dtype`` (``DTYPE_KEYS``) at the top
     level or in ``text_config``; BF16 when none is given. Every such key present (``vision_config``'s
     too) must name a float dtype or be null: transformers resolves a string as a torch attribute."""
     found = None
@@ -209,10 +226,12 @@ def _model_dtype(config: Mapping[str, Any]) -> str:
         d = config if where == "config" else config.get(where)
         if not isinstance(d, dict):
             continue
-        for key in ("torch_dtype", "dtype"):
+        for key in DTYPE_KEYS:
             if key in d and d[key] is not None:
                 value = d[key]
-                mapped = TORCH_DTYPES.get(value) if isinstance(value, str) else None
+                # getattr(torch, value): "bfloat16" is torch's attribute, "torch.bfloat16" is none (AttributeError)
+                plain = isinstance(value, str) and not value.startswith("torch.")
+                mapped = TORCH_DTYPES.get(value) if plain else None
                 if mapped not in MODEL_DTYPES:
                     raise ConfigError(f"{where}.{key} = {value!r} is not a float dtype (bfloat16, float16, float32)")
                 if found is None and where != "vision_config":

@@ -546,6 +546,17 @@ MUTANTS = [
            "                if d is not None and d.scheme == NVFP4_W4A4 and \"input_global_scale\" not in sig:",
            "                if False:",
            ("tests/verify/test_backbone.py",)),
+    Mutant("head-source-decoded-as-text-first", "clef_format/spec/head_reference.py",
+           '        tree = compile(source, "joint_schema_model.py", "exec", ast.PyCF_ONLY_AST)',
+           '        tree = compile(source.decode("utf-8", "replace"), "joint_schema_model.py", "exec", ast.PyCF_ONLY_AST)',
+           ("tests/spec/test_head_reference.py",)),
+    Mutant("dtype-torch-prefix-accepted", "clef_format/spec/model_spec.py",
+           '                plain = isinstance(value, str) and not value.startswith("torch.")',
+           "                plain = isinstance(value, str)",
+           ("tests/spec/test_model_spec.py",)),
+    Mutant("dtype-legacy-key-first", "clef_format/spec/model_spec.py",
+           'DTYPE_KEYS = ("dtype", "torch_dtype")', 'DTYPE_KEYS = ("torch_dtype", "dtype")',
+           ("tests/verify/test_backbone.py",)),
 ]
 
 

@@ -273,6 +273,33 @@ def test_a_child_name_torch_takes_is_read(tmp_path: Path, body: str) -> None:
     assert ref.tensors == _torch_state(path, {"width": 8})
 
 
+@pytest.mark.parametrize("source", [
+    b"\xef\xbb\xbfx = 1\n",  # a UTF-8 BOM
+    b"# -*- coding: latin-1 -*-\n# caf\xe9\nx = 1\n",  # a coding cookie and a byte in that codec
+    b"x = 1\r\ny = 2\r\n",
+    b"# -*- coding: bogus -*-\nx = 1\n",
+    b"\xef\xbb\xbf# coding: latin-1\nx = 1\n",
+    b"x = 1\n# \xff\n",
+    b"x = '\xff'\n",
+])
+def test_a_source_is_decoded_as_python_imports_it(tmp_path: Path, source: bytes) -> None:
+    """A file Python imports is read (a BOM, a coding cookie); one Python cannot decode is invalid."""
+    from clef_format.spec.head_reference import parse_source
+
+    path = tmp_path / "enc_case.py"
+    path.write_bytes(source)
+    spec = importlib.util.spec_from_file_location("enc_case", path)
+    assert spec is not None and spec.loader is not None
+    try:
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+        imports = True
+    except SyntaxError:
+        imports = False
+    tree, why = parse_source(source)
+    assert (tree is not None) == imports, why
+    assert imports or why.startswith("invalid: ")
+
+
 def test_an_int_conversion_python_refuses_fails_as_it_does(tmp_path: Path) -> None:
     code = HEAD + "        self.b = nn.Linear(int('4.0'), 2)\n"
     path = tmp_path / "joint_schema_model.py"

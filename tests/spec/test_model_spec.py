@@ -120,3 +120,26 @@ def test_bad_configs_raise_config_error(mutate):
     mutate(config)
     with pytest.raises(ConfigError):
         parse_config(config)
+
+
+@pytest.mark.parametrize("value", ["bfloat16", "float16", "float32", "half", "float", "torch.bfloat16",
+                                   "torch.float16", "bf16"])
+def test_a_dtype_name_is_read_as_transformers_resolves_it(tmp_path, value: str) -> None:
+    """transformers resolves the string as ``getattr(torch, value)``: ``torch.bfloat16`` is no attribute of
+    torch (AttributeError), so the config cannot load; each name it resolves is read as that dtype."""
+    import json
+
+    from transformers import AutoConfig
+
+    config = tiny_config(4)
+    config["torch_dtype"] = value
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    try:
+        resolved = str(AutoConfig.from_pretrained(str(tmp_path)).dtype).removeprefix("torch.")
+    except AttributeError:
+        resolved = None
+    if resolved is None:
+        with pytest.raises(ConfigError):
+            parse_config(config)
+    else:
+        assert parse_config(config).dtype == {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}[resolved]

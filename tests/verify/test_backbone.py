@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
@@ -180,15 +181,49 @@ def test_a_quantization_config_edit_is_fixed_by_the_fix_it_prints(fresh, built) 
 
 
 def _follow_torch_dtype_fix(root: Path, fix: str) -> bool:
-    """Apply a dtype-cast fix that names a torch_dtype; False when the fix names none."""
-    marker = "set config.json's torch_dtype to "
-    if marker not in fix:
+    """Apply a dtype-cast fix that names a dtype key of config.json; False when the fix names none."""
+    import re
+
+    m = re.search(r"set config\.json's (\S+) to (\"\w+\")$", fix)
+    if m is None:
         return False
     path = root / "config.json"
     config = json.loads(path.read_text())
-    config["torch_dtype"] = json.loads(fix.split(marker, 1)[1])
+    *parents, leaf = m.group(1).split(".")
+    node = config
+    for k in parents:
+        node = node[k]
+    node[leaf] = json.loads(m.group(2))
     path.write_text(json.dumps(config))
     return True
+
+
+def _transformers_dtype(root: Path) -> str:
+    """The dtype transformers' own config class resolves (the oracle of which key wins)."""
+    from transformers import AutoConfig
+
+    return str(AutoConfig.from_pretrained(str(root)).dtype).removeprefix("torch.")
+
+
+@pytest.mark.parametrize("keys", [{"torch_dtype": None, "dtype": "float16"},
+                                  {"torch_dtype": "bfloat16", "dtype": "float16"},
+                                  {"torch_dtype": "float16", "dtype": "bfloat16"}])
+def test_the_dtype_key_transformers_keeps_is_the_one_judged_and_fixed(fresh, keys: dict) -> None:
+    """transformers 5 keeps ``dtype`` when both keys are given: the cast is judged against it, and the fix
+    edits it (an edit of torch_dtype beside it would change nothing)."""
+    from clef_format.verify.run import verify
+
+    root = fresh("layout-2", "fp8")
+    path = root / "config.json"
+    config = json.loads(path.read_text())
+    for k, v in keys.items():
+        config.pop(k, None) if v is None else config.__setitem__(k, v)
+    path.write_text(json.dumps(config))
+    casts = [f for f in verify(str(root)).findings if f.code == "dtype-cast"]
+    assert bool(casts) == (_transformers_dtype(root) != "bfloat16")  # the export is BF16
+    if casts:
+        assert _follow_torch_dtype_fix(root, casts[0].fix) and _transformers_dtype(root) == "bfloat16"
+        assert "dtype-cast" not in verify(str(root)).codes()
 
 
 def test_a_few_float32_tensors_in_a_bf16_export_are_not_told_to_make_the_config_float32(fresh) -> None:

@@ -18,7 +18,7 @@ from clef_format.read.checkpoint import Checkpoint
 from clef_format.verify.options import DEFAULTS, VerifyOptions
 from clef_format.spec.findings import Finding, error, warning
 from clef_format.spec.layouts import Layout
-from clef_format.spec.model_spec import (ModelConfig, kv_cache_params, linear_modules, plain_params, table_shape,
+from clef_format.spec.model_spec import (ModelConfig, dtype_key, kv_cache_params, linear_modules, plain_params, table_shape,
                                          unscheduled_kv_scales)
 from clef_format.spec.schemes import (
     FLOAT_DTYPES,
@@ -49,7 +49,7 @@ def is_cast(stored: Any, dtypes: tuple[str, ...], shapes: tuple[tuple[int, ...],
 
 
 def _cast_finding(casts: Mapping[tuple[str, str], list[str]], dtype: str,
-                  config_fix_holds: Callable[[str], bool]) -> Iterator[Finding]:
+                  config_fix_holds: Callable[[str], bool], key: str) -> Iterator[Finding]:
     """One warning per (stored, expected) pair of dtypes, naming a few tensors. The fix names a torch_dtype
     only when ``config_fix_holds`` proves it: the backbone checked again under that dtype has no cast left
     (a few F32 norms in a BF16 export would otherwise be told to make the config float32, and then every
@@ -58,7 +58,7 @@ def _cast_finding(casts: Mapping[tuple[str, str], list[str]], dtype: str,
         shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
         lossy = " (rounding the values BF16 or F16 cannot hold)" if FLOAT_DTYPES.index(have) > FLOAT_DTYPES.index(
             want) or {have, want} == {"BF16", "F16"} else " (exactly)"
-        fix = (f'none needed to serve; to load them as stored, set config.json\'s torch_dtype to "{_NAMES[have]}"'
+        fix = (f'none needed to serve; to load them as stored, set config.json\'s {key} to "{_NAMES[have]}"'
                if want == dtype and len({h for h, w in casts if w == dtype}) == 1 and config_fix_holds(have) else
                "none needed to serve; re-export to store them as the config says")
         yield warning("dtype-cast", f"{len(names)} tensor(s) stored {have} where {want} is expected ({shown}): vLLM "
@@ -217,7 +217,8 @@ def _backbone_findings(ck: Checkpoint, cfg: ModelConfig, opts: VerifyOptions, vl
         elif info.dtype != dtype or info.shape != vocab_hidden:
             yield error("table-shape", f"{table} is {info.dtype}{list(info.shape)}, expected {dtype}{list(vocab_hidden)}",
                         tensor=table, file=ck.tensor_file.get(table), fix=_REDOWNLOAD)
-    yield from _cast_finding(casts, dtype, config_fix_holds)
+    yield from _cast_finding(casts, dtype, config_fix_holds, dtype_key(ck.config) if isinstance(ck.config, dict) else
+                             "torch_dtype")
     for name in sorted(set(ck.backbone) - accounted):
         yield error("tensor-unexpected", f"{name} is not part of a {cfg.architecture} with this config",
                     tensor=name, file=ck.tensor_file.get(name),
