@@ -339,6 +339,9 @@ def weight_bytes(weights: Mapping[str, Any] | None, out_features: int, in_featur
 #: compressed-tensors' default ``initialized``) transformers expects the weights uncompressed and
 #: cannot load packed/FP8 ones; an unknown name fails ``QuantizationConfig`` validation. vLLM does not read it.
 COMPRESSED_STATUS = "compressed"
+#: compressed-tensors' ``QuantizationStatus`` values; its ``QuantizationConfig`` refuses any other
+#: (tests compare with compressed-tensors' own enum).
+QUANTIZATION_STATUSES = ("initialized", "calibration", "frozen", "compressed", "decompressed")
 
 
 def quant_config_problems(qc: Mapping[str, Any]) -> list[tuple[str, str, Any]]:
@@ -366,7 +369,9 @@ def quant_config_problems(qc: Mapping[str, Any]) -> list[tuple[str, str, Any]]:
         if status != COMPRESSED_STATUS:
             key = "quantization_config.quantization_status"
             what = "absent (compressed-tensors' default: initialized)" if status is None else repr(status)
-            out.append((key, f"{key} is {what}: the weights are stored compressed, and transformers decompresses "
-                        f"them only when the status is {COMPRESSED_STATUS!r} (vLLM does not read it)",
-                        COMPRESSED_STATUS))
+            why = (f"the weights are stored compressed, and transformers decompresses them only when the status is "
+                   f"{COMPRESSED_STATUS!r}" if status is None or status in QUANTIZATION_STATUSES else
+                   f"not a status compressed-tensors knows ({', '.join(QUANTIZATION_STATUSES)}): its "
+                   "QuantizationConfig refuses it, so transformers cannot load the config")
+            out.append((key, f"{key} is {what}: {why} (vLLM does not read it)", COMPRESSED_STATUS))
     return out

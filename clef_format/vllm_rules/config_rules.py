@@ -196,6 +196,10 @@ NUMBERS = (("rms_norm_eps", 0.0, True, FLOAT32, _NORM),
            ("rope_theta", 0.0, False, FLOAT32_AND_INVERSE, _ROPE),
            ("max_position_embeddings", 1, True, AS_WRITTEN, "vLLM's RoPE cache holds that many positions "
             "(torch.arange refuses a negative length; none: no position at all)"))
+#: The longest ``torch.arange(n, dtype=torch.float)`` torch makes (2**60 - 1; longer: RuntimeError "Storage size
+#: calculation overflowed", measured on torch 2.13 with the meta device, whatever the memory): vLLM's RoPE cache
+#: starts from it, so a longer ``max_position_embeddings`` cannot start the engine. tests compare with torch.
+MAX_ARANGE = 2**60 - 1
 #: The values a fix sets: Qwen3.5's own (config_full.json, the real exports).
 NUMBER_FIXES = {"rms_norm_eps": 1e-06}
 #: float32's largest finite value: a Python float at or past the midpoint above it casts to infinity.
@@ -215,6 +219,8 @@ def _out_of_range(value: float, low: float, inclusive: bool, arithmetic: str) ->
     """Why ``value`` lies outside its range as vLLM computes with it (``NUMBERS``); None: inside."""
     if isinstance(value, float) and not math.isfinite(value):
         return "not a finite number"
+    if arithmetic == AS_WRITTEN and value > MAX_ARANGE:
+        return f"over {MAX_ARANGE}, the longest torch.arange makes (RuntimeError)"
     used = value if arithmetic == AS_WRITTEN else float32(value)  # an int as written: finite, however large
     if isinstance(used, float) and not math.isfinite(used):
         return f"beyond float32's largest value {FLOAT32_MAX:.8g}: infinite in the float32 vLLM computes with"

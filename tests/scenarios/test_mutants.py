@@ -557,6 +557,9 @@ MUTANTS = [
     Mutant("dtype-legacy-key-first", "clef_format/spec/model_spec.py",
            'DTYPE_KEYS = ("dtype", "torch_dtype")', 'DTYPE_KEYS = ("torch_dtype", "dtype")',
            ("tests/verify/test_backbone.py",)),
+    Mutant("rope-cache-longer-than-torch-makes", "clef_format/vllm_rules/config_rules.py",
+           "    if arithmetic == AS_WRITTEN and value > MAX_ARANGE:", "    if False:",
+           ("tests/verify/test_config_rules.py",)),
 ]
 
 

@@ -112,6 +112,8 @@ CASES = [
      "config-invalid", "text_config.rope_parameters.mrope_section", False),
     ("max_position_embeddings-negative", "bf16", L.CONFIG, _set("text_config.max_position_embeddings", -1),
      "config-invalid", "text_config.max_position_embeddings", False),
+    ("max_position_embeddings-huge", "bf16", L.CONFIG, _set("text_config.max_position_embeddings", 10**19),
+     "config-invalid", "text_config.max_position_embeddings", False),
     ("head-heads", "bf16", L.HEAD_CONFIG, _set("heads", 5), "head-config-invalid", "heads", False),
     ("head-feedforward", "bf16", L.HEAD_CONFIG, _set("feedforward", 128), "head-config-invalid", "feedforward", True),
 ]
@@ -219,7 +221,29 @@ SERVED_CASES = [
      "weights.dynamic"),
     ("status-removed", "hybrid", _set("quantization_config.quantization_status", _REMOVE), "quantization_status"),
     ("status-frozen", "fp8", _set("quantization_config.quantization_status", "frozen"), "quantization_status"),
+    ("status-unknown", "fp8", _set("quantization_config.quantization_status", "COMPRESSED"), "quantization_status"),
 ]
+
+
+@pytest.mark.parametrize("status", ["bogus", "COMPRESSED", "", "frozen", "initialized"])
+def test_a_status_compressed_tensors_refuses_is_named_so(status: str) -> None:
+    """The warning's words follow compressed-tensors' own QuantizationConfig: a value outside its enum is
+    refused by it (not merely "not decompressed")."""
+    import pydantic
+    from compressed_tensors.quantization import QuantizationConfig, QuantizationStatus
+
+    from clef_format.spec.schemes import QUANTIZATION_STATUSES, quant_config_problems
+
+    assert QUANTIZATION_STATUSES == tuple(s.value for s in QuantizationStatus)
+    qc = {"config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float"}}},
+          "quant_method": "compressed-tensors", "quantization_status": status}
+    try:
+        QuantizationConfig.model_validate(qc)
+        refused = False
+    except pydantic.ValidationError:
+        refused = True
+    [(key, text, fix)] = quant_config_problems(qc)
+    assert ("QuantizationConfig refuses it" in text) == refused and fix == "compressed"
 
 
 @pytest.mark.parametrize("name, build, edit, key", SERVED_CASES, ids=[c[0] for c in SERVED_CASES])
@@ -385,3 +409,13 @@ def test_a_full_size_mrope_section_with_a_float_entry_gets_qwen_s_split():
     raw["text_config"]["rope_parameters"]["mrope_section"] = [11, 11.0, 10]
     key = "text_config.rope_parameters.mrope_section"
     assert _problems(raw)[key][1] == f'set "{key}": [11, 11, 10] in config.json'
+
+
+def test_the_longest_rope_cache_is_torch_s_own() -> None:
+    """MAX_ARANGE is where torch.arange(n, dtype=float) starts refusing (meta device: no memory involved)."""
+    torch = pytest.importorskip("torch")
+    from clef_format.vllm_rules.config_rules import MAX_ARANGE
+
+    torch.arange(MAX_ARANGE, dtype=torch.float, device="meta")
+    with pytest.raises(RuntimeError):
+        torch.arange(MAX_ARANGE + 1, dtype=torch.float, device="meta")
