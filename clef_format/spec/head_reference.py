@@ -98,8 +98,11 @@ class _Module:
 
 
 class _Param:
-    def __init__(self, shape: tuple[int, ...]) -> None:
+    """A tensor of the state_dict: a parameter, or with ``buffer`` a persistent buffer."""
+
+    def __init__(self, shape: tuple[int, ...], buffer: bool = False) -> None:
         self.shape = shape
+        self.buffer = buffer
 
 
 class _TensorVal:
@@ -200,10 +203,11 @@ CONTAINER_ATTRS = {
 }
 
 
-def _module_name(key: Any, where: str, owner: _Module | None = None) -> str:
+def _module_name(key: Any, where: str, owner: _Module | None = None, tensor: bool = False) -> str:
     """A child's name as ``add_module`` takes it: a string without a dot, not empty, and, given the
-    ``owner`` module it goes into, no attribute of it other than a child already there (torch raises
-    TypeError / KeyError otherwise)."""
+    ``owner`` module it goes into, no attribute of it other than a child of the same kind already there
+    (a module for ``add_module``, a tensor for ``register_parameter`` / ``register_buffer``, ``tensor``);
+    torch raises TypeError / KeyError otherwise."""
     if not isinstance(key, str):
         raise _Fails(f"{where}: module name should be a string, got {type(key).__name__}")
     if "." in key or not key:
@@ -211,6 +215,10 @@ def _module_name(key: Any, where: str, owner: _Module | None = None) -> str:
     if owner is not None and key not in owner.children and (
             key in CONTAINER_ATTRS.get(owner.kind, MODULE_ATTRS) or key in owner.attrs):
         raise _Fails(f"{where}: attribute {key!r} already exists (torch's add_module raises KeyError)")
+    other = _Module if tensor else _Param
+    if owner is not None and isinstance(owner.children.get(key), other):
+        raise _Fails(f"{where}: attribute {key!r} already exists as a {'module' if tensor else 'tensor'} "
+                     "(torch raises KeyError)")
     return key
 
 
@@ -945,7 +953,7 @@ class _Reader:
                     _module_name(key, f".{name}()")  # torch's TypeError: a name is a string
                 if not isinstance(key, str):
                     raise _Unknown("module name")
-                _module_name(key, f".{name}()", target)
+                _module_name(key, f".{name}()", target, tensor=name in ("register_parameter", "register_buffer"))
                 given = args[1] if len(args) > 1 else kwargs.get("module", kwargs.get("param"))
                 if name in ("add_module", "register_module") and given is not None:
                     self._module_item(given, f".{name}()")
@@ -957,7 +965,7 @@ class _Reader:
                     if not persistent or value is None:
                         target.children.pop(key, None)
                         return None
-                    value = _Param(value.shape) if isinstance(value, _TensorVal) else _UNKNOWN
+                    value = _Param(value.shape, buffer=True) if isinstance(value, _TensorVal) else _UNKNOWN
                 target.children[key] = self._as_child(value)
                 return None
         raise _Unknown(f".{name}()")
@@ -1029,6 +1037,9 @@ class _Reader:
             self._delete(args[0], args[1])
             return None
         if path == "builtins.setattr" and len(args) == 3 and isinstance(args[0], _Module) and isinstance(args[1], str):
+            if "." in args[1] and isinstance(args[2], (_Module, _Param)):
+                raise _Fails(f"setattr(self, {args[1]!r}, ...): torch builds it, but load_state_dict cannot load "
+                             "a dotted child name (its tensors are unexpected, or missing without them)")
             self._set(args[0], args[1], args[2])
             return None
         if path.startswith("math.") and path[5:] in _MATH_FUNCTIONS and not kwargs and len(args) == 1 \
@@ -1059,6 +1070,8 @@ class _Reader:
         dtype = kwargs.get("dtype")
         if dtype is None:
             return default
+        if isinstance(dtype, (str, int, float)):
+            raise _Fails(f"dtype={dtype!r}: torch takes a torch.dtype (TypeError)")
         name = dtype.path.removeprefix("torch.") if isinstance(dtype, _Ref) else ""
         return True if name in _FLOAT_DTYPES else False if name in _INTEGER_DTYPES else None
 
@@ -1111,6 +1124,8 @@ class _Reader:
             if not isinstance(value, _TensorVal):
                 raise _Unknown("Parameter data")
             grad = args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
+            if grad is None or isinstance(grad, (int, float, str, tuple, list, dict)) and not isinstance(grad, bool):
+                raise _Fails(f"nn.Parameter(requires_grad={grad!r}): torch takes a bool (TypeError)")
             if value.floating is False and grad is True:
                 raise _Fails("nn.Parameter of an integer or bool tensor: only floating point tensors can require "
                              "gradients (torch raises RuntimeError)")
@@ -1119,6 +1134,9 @@ class _Reader:
             _probability(args[0] if args else kwargs.get("p", 0.5), name)
         if name in _NO_PARAMS:
             return m
+        if name in TORCH_PARAMS and self._floating(kwargs, True) is False:  # its Parameters require grad
+            raise _Fails(f"nn.{name}(dtype={kwargs['dtype'].path}): only floating point parameters can require "
+                         "gradients (torch raises RuntimeError)")
         if name in ("ModuleList", "Sequential", "ModuleDict"):
             items = args[0] if name != "Sequential" and args else (args if name == "Sequential" else [])
             if name != "Sequential" and not args:
@@ -1237,7 +1255,12 @@ class _Reader:
                   method: bool = True) -> dict[str, Any]:
         """Bind arguments as Python would; ``_Fails`` (a TypeError in the real call) when it cannot."""
         a = fn.args
-        params = [p.arg for p in a.posonlyargs + a.args][1 if method else 0:]  # a method's without self
+        everything = [p.arg for p in a.posonlyargs + a.args]
+        params = everything[1 if method else 0:]  # a method's without self
+        posonly = {p.arg for p in a.posonlyargs} - ({everything[0]} if method and everything else set())
+        if method and everything and everything[0] in kwargs and everything[0] not in posonly \
+                and len(a.posonlyargs) == 0:
+            raise _Fails(f"{fn.name}() got multiple values for argument {everything[0]!r}")
         defaults = a.defaults
         env: dict[str, Any] = {}
         if len(args) > len(params) and a.vararg is None:
@@ -1251,10 +1274,12 @@ class _Reader:
         for k, v in kwargs.items():
             if k in env:
                 raise _Fails(f"{fn.name}() got multiple values for argument {k!r}")
-            if k in params or k in kwonly:
+            if (k in params and k not in posonly) or k in kwonly:
                 env[k] = v
             elif a.kwarg is not None:
                 extra[k] = v
+            elif k in posonly:
+                raise _Fails(f"{fn.name}() got some positional-only arguments passed as keyword arguments: {k!r}")
             else:
                 raise _Fails(f"{HEAD_CLASS if fn.name == '__init__' else fn.name}() got an unexpected keyword "
                              f"argument {k!r}")
@@ -1283,6 +1308,22 @@ class _Reader:
             return _UNKNOWN
 
     def _set(self, mod: _Module, name: str, value: Any) -> None:
+        """``self.name = value`` as ``nn.Module.__setattr__`` does: a plain tensor replaces a buffer of that
+        name, and is a TypeError on a parameter's name; a plain value on a child module's name is one too."""
+        held = mod.children.get(name)
+        if isinstance(value, _TensorVal) and isinstance(held, _Param):
+            if not held.buffer:
+                raise _Fails(f"self.{name} = a tensor: cannot assign it as parameter {name!r} (torch raises TypeError)")
+            mod.children[name] = _Param(value.shape, buffer=True)
+            return
+        if isinstance(held, _Param) and value is not None and value is not _UNKNOWN \
+                and not isinstance(value, (_Module, _Param)):
+            raise _Fails(f"self.{name} = {type(value).__name__.strip('_')}: cannot assign it as "
+                         f"{'buffer' if held.buffer else 'parameter'} {name!r} (torch raises TypeError)")
+        if isinstance(held, _Module) and value is not None and not isinstance(value, (_Module, _Param)) \
+                and value is not _UNKNOWN:
+            raise _Fails(f"self.{name} = {type(value).__name__.strip('_')}: cannot assign it as child module "
+                         f"{name!r} (torch raises TypeError)")
         if isinstance(value, (_Module, _Param)) or value is _UNKNOWN:
             mod.attrs.pop(name, None)
             mod.children[name] = value
@@ -1405,8 +1446,18 @@ class _Reader:
                     raise _Unknown("import *")
                 env[a.asname or a.name] = _Ref(f"{node.module}.{a.name}")
             return
-        if isinstance(node, (ast.Pass, ast.Assert)):
+        if isinstance(node, ast.Pass):
             return
+        if isinstance(node, ast.Assert):  # decided: a failing one is the head's AssertionError; else not judged
+            try:
+                holds = self._truth(self.eval(node.test, env, mod))
+            except _Unknown:
+                return
+            if not holds:
+                raise _Fails(f"line {node.lineno}: an assert fails at this config (AssertionError)")
+            return
+        if isinstance(node, ast.Raise):  # reached: every branch to it was decided
+            raise _Fails(f"line {node.lineno}: the head raises at this config")
         if isinstance(node, ast.Return):
             raise _Return(None if node.value is None else self.eval(node.value, env, mod))
         if isinstance(node, ast.Expr):
@@ -1716,7 +1767,8 @@ def read_reference(source: bytes, config: Mapping[str, Any]) -> Reference:
         rejected: tuple[str, ...] = ()
         if init is not None:
             if init.args.kwarg is None:
-                takes = {p.arg for p in init.args.args[1:] + init.args.kwonlyargs}
+                named = (init.args.posonlyargs + init.args.args)[1:]  # self: the instance, not a key
+                takes = {p.arg for p in named + init.args.kwonlyargs} - {p.arg for p in init.args.posonlyargs}
                 rejected = tuple(sorted(k for k in config if k not in takes))
                 config = {k: v for k, v in config.items() if k in takes}
             try:

@@ -560,6 +560,13 @@ MUTANTS = [
     Mutant("rope-cache-longer-than-torch-makes", "clef_format/vllm_rules/config_rules.py",
            "    if arithmetic == AS_WRITTEN and value > MAX_ARANGE:", "    if False:",
            ("tests/verify/test_config_rules.py",)),
+    Mutant("head-reader-failing-assert-ignored", "clef_format/spec/head_reference.py",
+           "            if not holds:", "            if False:",
+           ("tests/spec/test_head_reference.py",)),
+    Mutant("head-reader-setattr-as-a-plain-attribute", "clef_format/spec/head_reference.py",
+           "        if isinstance(value, _TensorVal) and isinstance(held, _Param):",
+           "        if False:",
+           ("tests/spec/test_head_reference.py",)),
 ]
 
 

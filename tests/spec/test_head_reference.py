@@ -346,6 +346,77 @@ def test_a_parameter_torch_builds_is_read(tmp_path: Path, body: str) -> None:
     assert ref.tensors == _torch_state(path, {"width": 8})
 
 
+@pytest.mark.parametrize("body", [
+    "assert width % 3 == 0, 'width must be a multiple of 3'\n        self.b = nn.Linear(width, 2)\n",
+    "if width > 4:\n            raise ValueError('too wide')\n        self.b = nn.Linear(width, 2)\n",
+    "self.w = nn.Parameter(torch.zeros(3))\n        self.w = torch.zeros(4)\n",
+    "self.p = nn.Linear(width, 2)\n        self.p = 5\n",
+    "self.b = nn.Parameter(torch.zeros(3))\n        self.b = 5\n",
+    "self.p = nn.Linear(width, 2)\n        self.register_parameter('p', nn.Parameter(torch.zeros(3)))\n",
+    "self.register_buffer('q', torch.zeros(3))\n        self.add_module('q', nn.Linear(width, 2))\n",
+    "self.w = nn.Parameter(torch.zeros(3), requires_grad=None)\n",
+    "self.w = nn.Parameter(torch.zeros(3, dtype=torch.int32), requires_grad=0)\n",
+    "self.w = nn.Parameter(torch.zeros(3, dtype='float32'))\n",
+    "self.l = nn.Linear(4, 4, dtype=torch.int8)\n",
+    "self.e = nn.Embedding(4, 4, dtype=torch.long)\n",
+])
+def test_what_torch_raises_on_while_building_fails_as_it_does(tmp_path: Path, body: str) -> None:
+    """A decided assert or raise, an assignment Module.__setattr__ refuses, a registration over a child of the
+    other kind, requires_grad or dtype of the wrong type, a layer of an integer dtype: torch raises while
+    building the head, so it cannot be built: a fact, never an OK."""
+    code = HEAD + "        " + body
+    path = tmp_path / "joint_schema_model.py"
+    path.write_text(code)
+    ref = read_reference(code.encode(), {"width": 8})
+    assert ref.fails_kind == "fails", ref
+    with pytest.raises((AssertionError, ValueError, TypeError, KeyError, RuntimeError)):
+        _torch_state(path, {"width": 8})
+
+
+@pytest.mark.parametrize("body", [
+    "assert width % 2 == 0\n        self.b = nn.Linear(width, 2)\n",
+    "if width > 16:\n            raise ValueError('too wide')\n        self.b = nn.Linear(width, 2)\n",
+    "self.register_buffer('b', torch.zeros(3))\n        self.b = torch.ones(5)\n",
+    "self.p = nn.Linear(width, 2)\n        self.p = None\n        self.q = nn.Linear(2, 2)\n",
+])
+def test_what_torch_builds_is_read_so(tmp_path: Path, body: str) -> None:
+    code = HEAD + "        " + body
+    path = tmp_path / "joint_schema_model.py"
+    path.write_text(code)
+    ref = read_reference(code.encode(), {"width": 8})
+    assert (ref.status, ref.unknown, ref.reason, ref.fails) == ("ok", (), "", ""), ref
+    assert ref.tensors == _torch_state(path, {"width": 8})
+
+
+def test_a_dotted_child_name_builds_but_never_loads(tmp_path: Path) -> None:
+    """setattr(self, "a.b", module): torch builds it, and load_state_dict of its own state_dict fails."""
+    code = HEAD + "        setattr(self, 'a.b', nn.Linear(width, 2))\n"
+    path = tmp_path / "joint_schema_model.py"
+    path.write_text(code)
+    assert read_reference(code.encode(), {"width": 8}).fails_kind == "fails"
+    spec = importlib.util.spec_from_file_location("dotted_head", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    head = module.JointSchemaHead(width=8)
+    with pytest.raises(RuntimeError):
+        head.load_state_dict(head.state_dict(), strict=True)
+
+
+@pytest.mark.parametrize("signature, config", [
+    ("self, width, **kw", {"width": 8, "self": 1}),
+    ("self, width, /, **kw", {"width": 8}),
+])
+def test_a_config_the_signature_cannot_bind_fails_as_python_does(tmp_path: Path, signature: str, config: dict) -> None:
+    code = HEAD.replace("def __init__(self, width):", f"def __init__({signature}):") \
+        + "        self.b = nn.Linear(width, 2)\n"
+    path = tmp_path / "joint_schema_model.py"
+    path.write_text(code)
+    assert read_reference(code.encode(), config).fails_kind in ("fails", "missing")
+    with pytest.raises(TypeError):
+        _torch_state(path, config)
+
+
 def test_the_attribute_names_torch_refuses_are_torch_s_own() -> None:
     assert MODULE_ATTRS == set(dir(torch.nn.Module()))
     for kind, names in CONTAINER_ATTRS.items():
