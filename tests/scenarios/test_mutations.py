@@ -80,6 +80,16 @@ INDISTINGUISHABLE: dict[tuple[str, str], str] = {
         "read only by vLLM's MTP speculative decoding (speculative.py, Qwen3_5MTP); the served model skips mtp.* "
         "and builds the same layers, transformers ignores it",
     # quantization_config
+    ("config-remove", r"^quantization_config\.quantization_status$"):
+        "vLLM does not read it and serves the weights as stored: a quant-config-invalid warning (transformers "
+        "decompresses only a 'compressed' status), no error",
+    ("config-alter", r"^quantization_config\.quantization_status$"):
+        "vLLM does not read it and serves the weights as stored: a quant-config-invalid warning (transformers "
+        "decompresses only a 'compressed' status), no error",
+    ("config-alter", r"\.weights\.dynamic$"):
+        "NVFP4 weights made dynamic: vLLM 0.28/0.33 ignore the flag for NVFP4 and serve the stored scales (a "
+        "quant-config-invalid warning: compressed-tensors would store none); FP8 weights made dynamic stay an "
+        "error, vLLM refuses them (detected, so not a miss)",
     ("config-remove", r"^quantization_config\.version$"):
         "the writer's compressed-tensors version: neither vLLM nor compressed-tensors' loading reads it",
     ("config-alter", r"^quantization_config\.(version|global_compression_ratio)$"):
