@@ -1745,7 +1745,18 @@ def tampering(tree: ast.Module) -> str:
     for node in tree.body:
         if isinstance(node, ast.Expr) and not isinstance(node.value, ast.Constant):
             return f"line {node.lineno}: code run at import ({_unparse(node)[:60]})"
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:  # a class's own add_module / register_buffer / state_dict... is not torch's
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name in _TORCH_OVERRIDES:
+                    return f"line {item.lineno}: {node.name} defines its own {item.name}"
     return ""
+
+
+#: nn.Module methods the reader takes as torch's (registration and what the state_dict holds): a class
+#: defining its own is followed by nothing the reader knows.
+_TORCH_OVERRIDES = frozenset({"add_module", "register_module", "register_parameter", "register_buffer",
+                              "state_dict", "_save_to_state_dict", "named_parameters", "named_buffers",
+                              "get_extra_state", "__setattr__", "__getattr__", "__delattr__"})
 
 
 def read_reference(source: bytes, config: Mapping[str, Any]) -> Reference:

@@ -388,6 +388,16 @@ def test_what_torch_builds_is_read_so(tmp_path: Path, body: str) -> None:
     assert ref.tensors == _torch_state(path, {"width": 8})
 
 
+@pytest.mark.parametrize("method", ["register_buffer", "add_module", "state_dict", "_save_to_state_dict"])
+def test_a_head_with_its_own_registration_or_state_dict_is_not_read(method: str) -> None:
+    """A class that overrides how children register or what the state_dict holds: what torch's own methods
+    would give is not what it builds, so the reader decides nothing (the facts judge the head)."""
+    code = HEAD.replace("    def __init__", f"    def {method}(self, *a, **k):\n        return None\n\n    def __init__") \
+        + "        self.register_buffer('b', torch.zeros(3))\n"
+    ref = read_reference(code.encode(), {"width": 8})
+    assert ref.status == "unread" and method in ref.reason
+
+
 def test_a_dotted_child_name_builds_but_never_loads(tmp_path: Path) -> None:
     """setattr(self, "a.b", module): torch builds it, and load_state_dict of its own state_dict fails."""
     code = HEAD + "        setattr(self, 'a.b', nn.Linear(width, 2))\n"

@@ -210,9 +210,10 @@ def test_qwen3_5_real_mrope_section_is_accepted_and_a_wrong_sum_refused() -> Non
 
 
 def test_an_integer_beyond_float_range_is_a_finding_or_accepted_never_a_crash() -> None:
-    """JSON integers have no range: 10**400 is a valid max_position_embeddings to json.loads (and to this rule,
-    which compares it as written) and a rope_theta past float32's range."""
-    assert "text_config.max_position_embeddings" not in _problem_keys({"max_position_embeddings": 10**400})
+    """JSON integers have no range: 10**400 is a valid max_position_embeddings to json.loads, compared as written
+    (past the longest torch.arange torch makes: a finding), and a rope_theta past float32's range."""
+    assert "text_config.max_position_embeddings" in _problem_keys({"max_position_embeddings": 10**400})
+    assert "text_config.max_position_embeddings" not in _problem_keys({"max_position_embeddings": 2**60 - 1})
     assert "text_config.max_position_embeddings" in _problem_keys({"max_position_embeddings": -10**400})
     assert _theta_refused(10**400)
 
